@@ -1,0 +1,44 @@
+//! Compiles the `.proto` files with `protox` (pure Rust; no `protoc`), writes
+//! the descriptor set to `OUT_DIR/file_descriptor_set.bin` for
+//! `prost-reflect`, and generates messages, servers and clients with
+//! `tonic-prost-build`.
+
+use std::env;
+use std::error::Error;
+use std::fs;
+use std::path::PathBuf;
+
+use prost::Message as _;
+
+fn main() -> Result<(), Box<dyn Error>> {
+    // Paths relative to the package root; cargo watches directories recursively.
+    println!("cargo:rerun-if-changed=inference");
+    println!("cargo:rerun-if-changed=grpc");
+
+    // `inference/` is searched first so the Triton files keep their upstream
+    // descriptor names, `grpc_service.proto` and `model_config.proto` (and
+    // `import "model_config.proto"` resolves as it does upstream); the health
+    // file is `grpc/health/v1/health.proto`, under the package root.
+    let files = [
+        "inference/grpc_service.proto",
+        "inference/model_config.proto",
+        "grpc/health/v1/health.proto",
+    ];
+    let includes = ["inference", "."];
+
+    let fds = protox::compile(files, includes)?;
+
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(out_dir.join("file_descriptor_set.bin"), fds.encode_to_vec())?;
+
+    // Tensor payloads as `bytes::Bytes`, so the server can hand slices of the
+    // received message to the core without copying them.
+    tonic_prost_build::configure()
+        .bytes(".inference.ModelInferRequest.raw_input_contents")
+        .bytes(".inference.ModelInferResponse.raw_output_contents")
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(fds)?;
+
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! ONNX Runtime through the `ort` crate.
+//!
+//! The library is loaded at run time (`load-dynamic`) from the path given at
+//! start-up; a server whose ONNX Runtime cannot be loaded still starts, and
+//! its ONNX models are UNAVAILABLE with the reason. Each instance owns its
+//! session on its own worker thread.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use half::{bf16, f16};
+use nereid_proto::inference::ModelConfig;
+use ort::ep::ExecutionProviderDispatch;
+use ort::environment::Environment;
+use ort::session::Session;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
+
+use super::{Backend, Device, InstanceSpec, ModelInstance, model_file};
+use crate::datatype::DataType;
+use crate::error::{Error, Result};
+use crate::model_config::autocomplete::{ModelSignature, TensorSignature};
+use crate::tensor::{Tensor, bytes_elements, push_bytes_element};
+
+static ENVIRONMENT: OnceLock<std::result::Result<Environment, String>> = OnceLock::new();
+
+/// Loads the ONNX Runtime library once for the process.
+///
+/// Returns the reason on failure; the error is also kept so that every ONNX
+/// model that tries to load later reports it.
+pub fn init(library: Option<&Path>) -> std::result::Result<(), String> {
+    let outcome = ENVIRONMENT.get_or_init(|| {
+        let library = library.ok_or_else(|| {
+            "the ONNX Runtime library is not configured: pass --onnxruntime-library or set ORT_DYLIB_PATH".to_string()
+        })?;
+        if !library.is_file() {
+            return Err(format!(
+                "the ONNX Runtime library '{}' does not exist",
+                library.display()
+            ));
+        }
+        let builder = ort::init_from(library).map_err(|e| {
+            format!("failed to load ONNX Runtime from '{}': {e}", library.display())
+        })?;
+        builder
+            .with_name("nereid")
+            .build()
+            .map_err(|e| format!("failed to create the ONNX Runtime environment: {e}"))
+    });
+    outcome.as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
+fn environment() -> Result<&'static Environment> {
+    match ENVIRONMENT.get() {
+        Some(Ok(env)) => Ok(env),
+        Some(Err(reason)) => Err(Error::unavailable(reason.clone())),
+        None => Err(Error::unavailable("ONNX Runtime has not been initialised")),
+    }
+}
+
+pub struct OnnxRuntimeBackend;
+
+impl Backend for OnnxRuntimeBackend {
+    fn signature(&self, config: &ModelConfig, version_dir: &Path) -> Result<Option<ModelSignature>> {
+        // Reading the signature needs a session; one thread keeps it cheap.
+        let session = open(config, version_dir, Device::Cpu, 1)?;
+        let tensor = |name: &str, value_type: &ValueType| TensorSignature {
+            name: name.to_string(),
+            datatype: value_type.tensor_type().and_then(to_datatype),
+            dims: value_type.tensor_shape().map(|s| s.to_vec()).unwrap_or_default(),
+        };
+        Ok(Some(ModelSignature {
+            inputs: session.inputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
+            outputs: session.outputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
+        }))
+    }
+
+    fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
+        let session = open(spec.config, spec.version_dir, spec.device, spec.intra_op_threads)?;
+        let output_names = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        Ok(Box::new(OnnxInstance {
+            session,
+            output_names,
+        }))
+    }
+}
+
+/// Creates a session for a version's model file with the config's settings.
+fn open(config: &ModelConfig, version_dir: &Path, device: Device, threads: usize) -> Result<Session> {
+    let path = model_file(config, version_dir, "model.onnx");
+    if !path.is_file() {
+        return Err(Error::invalid(format!(
+            "model file '{}' does not exist",
+            path.display()
+        )));
+    }
+    let ort_error = |e: ort::Error| Error::internal(format!("ONNX Runtime: {e}"));
+    let mut builder: SessionBuilder = Session::builder(environment()?).map_err(ort_error)?;
+    builder = builder
+        .with_intra_threads(threads.max(1))
+        .and_then(|b| b.with_inter_threads(1))
+        .and_then(|b| b.with_optimization_level(GraphOptimizationLevel::All))
+        .map_err(|e| ort_error(e.into()))?;
+    let providers = execution_providers(config, device);
+    if !providers.is_empty() {
+        builder = builder
+            .with_execution_providers(providers)
+            .map_err(|e| ort_error(e.into()))?;
+    }
+    builder.commit_from_file(&path).map_err(|e| {
+        Error::invalid(format!(
+            "failed to load ONNX model '{}': {e}",
+            path.display()
+        ))
+    })
+}
+
+/// The execution providers for an instance: CUDA on a GPU instance, with
+/// TensorRT first when the config asks for it. They must register: a GPU
+/// instance that silently ran on the CPU would misreport where it runs.
+fn execution_providers(config: &ModelConfig, device: Device) -> Vec<ExecutionProviderDispatch> {
+    let Device::Gpu(id) = device else {
+        return Vec::new();
+    };
+    let wants_tensorrt = config
+        .optimization
+        .as_ref()
+        .and_then(|o| o.execution_accelerators.as_ref())
+        .is_some_and(|a| a.gpu_execution_accelerator.iter().any(|acc| acc.name == "tensorrt"));
+    let mut providers = Vec::new();
+    if wants_tensorrt {
+        providers.push(ort::ep::TensorRT::default().with_device_id(id).build().error_on_failure());
+    }
+    providers.push(ort::ep::CUDA::default().with_device_id(id).build().error_on_failure());
+    providers
+}
+
+fn to_datatype(t: TensorElementType) -> Option<DataType> {
+    Some(match t {
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::Uint8,
+        TensorElementType::Uint16 => DataType::Uint16,
+        TensorElementType::Uint32 => DataType::Uint32,
+        TensorElementType::Uint64 => DataType::Uint64,
+        TensorElementType::Int8 => DataType::Int8,
+        TensorElementType::Int16 => DataType::Int16,
+        TensorElementType::Int32 => DataType::Int32,
+        TensorElementType::Int64 => DataType::Int64,
+        TensorElementType::Float16 => DataType::Fp16,
+        TensorElementType::Bfloat16 => DataType::Bf16,
+        TensorElementType::Float32 => DataType::Fp32,
+        TensorElementType::Float64 => DataType::Fp64,
+        TensorElementType::String => DataType::Bytes,
+        _ => return None,
+    })
+}
+
+struct OnnxInstance {
+    session: Session,
+    output_names: Vec<String>,
+}
+
+impl ModelInstance for OnnxInstance {
+    fn execute(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let mut values: Vec<(String, DynValue)> = Vec::with_capacity(inputs.len());
+        for input in &inputs {
+            values.push((input.name.clone(), to_ort(input)?));
+        }
+        let outputs = self
+            .session
+            .run(values)
+            .map_err(|e| Error::internal(format!("ONNX Runtime failed to run: {e}")))?;
+        let mut result = Vec::with_capacity(self.output_names.len());
+        for name in &self.output_names {
+            let value = outputs
+                .get(name)
+                .ok_or_else(|| Error::internal(format!("ONNX Runtime returned no output '{name}'")))?;
+            result.push(from_ort(name, value)?);
+        }
+        Ok(result)
+    }
+}
+
+/// Copies a tensor into an ONNX Runtime value (the one copy on the way in).
+fn to_ort(t: &Tensor) -> Result<DynValue> {
+    let shape = t.shape.clone();
+    let fail = |e: ort::Error| Error::invalid(format!("input '{}': {e}", t.name));
+    macro_rules! pod {
+        ($ty:ty) => {
+            OrtTensor::from_array((shape, bytemuck::pod_collect_to_vec::<u8, $ty>(&t.data)))
+                .map(|v| v.into_dyn())
+                .map_err(fail)
+        };
+    }
+    match t.datatype {
+        DataType::Bool => {
+            let data: Vec<bool> = t.data.iter().map(|b| *b != 0).collect();
+            OrtTensor::from_array((shape, data)).map(|v| v.into_dyn()).map_err(fail)
+        }
+        DataType::Uint8 => pod!(u8),
+        DataType::Uint16 => pod!(u16),
+        DataType::Uint32 => pod!(u32),
+        DataType::Uint64 => pod!(u64),
+        DataType::Int8 => pod!(i8),
+        DataType::Int16 => pod!(i16),
+        DataType::Int32 => pod!(i32),
+        DataType::Int64 => pod!(i64),
+        DataType::Fp16 => pod!(f16),
+        DataType::Bf16 => pod!(bf16),
+        DataType::Fp32 => pod!(f32),
+        DataType::Fp64 => pod!(f64),
+        DataType::Bytes => {
+            // ONNX strings are UTF-8; Triton's BYTES may be any bytes.
+            let strings = bytes_elements(&t.data)
+                .map(|e| {
+                    e.and_then(|e| {
+                        std::str::from_utf8(e).map(str::to_owned).map_err(|_| {
+                            Error::invalid(format!(
+                                "input '{}': ONNX string tensors must be valid UTF-8",
+                                t.name
+                            ))
+                        })
+                    })
+                })
+                .collect::<Result<Vec<String>>>()?;
+            OrtTensor::from_string_array((shape, strings.as_slice()))
+                .map(|v| v.into_dyn())
+                .map_err(fail)
+        }
+    }
+}
+
+/// Copies an ONNX Runtime output into a tensor (the one copy on the way out).
+fn from_ort(name: &str, value: &DynValue) -> Result<Tensor> {
+    let element = value
+        .dtype()
+        .tensor_type()
+        .ok_or_else(|| Error::internal(format!("output '{name}' is not a tensor")))?;
+    let datatype = to_datatype(element).ok_or_else(|| {
+        Error::unsupported(format!("output '{name}' has element type {element:?}, which Triton cannot express"))
+    })?;
+    let fail = |e: ort::Error| Error::internal(format!("output '{name}': {e}"));
+    macro_rules! pod {
+        ($ty:ty) => {{
+            let (shape, data) = value.try_extract_tensor::<$ty>().map_err(fail)?;
+            (shape.to_vec(), Bytes::copy_from_slice(bytemuck::cast_slice(data)))
+        }};
+    }
+    let (shape, data) = match datatype {
+        DataType::Bool => {
+            let (shape, data) = value.try_extract_tensor::<bool>().map_err(fail)?;
+            (shape.to_vec(), data.iter().map(|b| u8::from(*b)).collect::<Vec<u8>>().into())
+        }
+        DataType::Uint8 => pod!(u8),
+        DataType::Uint16 => pod!(u16),
+        DataType::Uint32 => pod!(u32),
+        DataType::Uint64 => pod!(u64),
+        DataType::Int8 => pod!(i8),
+        DataType::Int16 => pod!(i16),
+        DataType::Int32 => pod!(i32),
+        DataType::Int64 => pod!(i64),
+        DataType::Fp16 => pod!(f16),
+        DataType::Bf16 => pod!(bf16),
+        DataType::Fp32 => pod!(f32),
+        DataType::Fp64 => pod!(f64),
+        DataType::Bytes => {
+            let (shape, strings) = value.try_extract_strings().map_err(fail)?;
+            let mut out = Vec::new();
+            for s in &strings {
+                push_bytes_element(&mut out, s.as_bytes())?;
+            }
+            (shape.to_vec(), Bytes::from(out))
+        }
+    };
+    Ok(Tensor::new(name, datatype, shape, data))
+}

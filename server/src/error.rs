@@ -1,0 +1,95 @@
+//! The one error type of the server core.
+//!
+//! Every failure a client can see is one of a handful of kinds, the same
+//! kinds Triton uses (`TRITONSERVER_Error_Code`). The core only says *what*
+//! went wrong; the front ends turn a kind into an HTTP status or a gRPC code
+//! in exactly one place each (`http::error`, `grpc::status`).
+
+/// What kind of failure, independent of the wire protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request is malformed or does not match the model (HTTP 400, gRPC INVALID_ARGUMENT).
+    InvalidArgument,
+    /// The model or version is not known (HTTP 400, gRPC NOT_FOUND/UNAVAILABLE as Triton maps it).
+    NotFound,
+    /// The model exists but cannot serve now: not loaded, queue full, shutting down.
+    Unavailable,
+    /// The request asks for something the server does not support.
+    Unsupported,
+    /// The server failed while handling a valid request.
+    Internal,
+    /// The resource being created already exists.
+    AlreadyExists,
+}
+
+impl ErrorKind {
+    /// A stable label, used in logs and later in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Internal => "internal",
+            ErrorKind::AlreadyExists => "already_exists",
+        }
+    }
+}
+
+/// An error with its kind and a message meant for the client.
+///
+/// Messages follow Triton's wording where clients are known to match on it
+/// (for example "Request for unknown model").
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unsupported, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Prefixes the message with context, keeping the kind.
+    pub fn context(self, prefix: impl std::fmt::Display) -> Self {
+        Error {
+            kind: self.kind,
+            message: format!("{prefix}: {}", self.message),
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

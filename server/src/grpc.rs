@@ -1,0 +1,315 @@
+//! The gRPC front end: Triton's `inference.GRPCInferenceService` and
+//! `grpc.health.v1.Health`, on tonic.
+
+pub mod convert;
+pub mod status;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use nereid_proto::health::v1::health_check_response::ServingStatus;
+use nereid_proto::health::v1::health_server::{Health, HealthServer};
+use nereid_proto::health::v1::{HealthCheckRequest, HealthCheckResponse};
+use nereid_proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use nereid_proto::inference::model_metadata_response::TensorMetadata;
+use nereid_proto::inference::model_repository_parameter::ParameterChoice as RepositoryParameter;
+use nereid_proto::inference::repository_index_response::ModelIndex;
+use nereid_proto::inference::*;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+
+use self::status::to_status;
+use crate::error::Error;
+use crate::model_config::json as config_json;
+use crate::server::InferenceServer;
+
+/// Settings of the gRPC front end.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcOptions {
+    /// Largest message accepted or sent, in bytes.
+    pub max_message_size: usize,
+}
+
+pub struct InferenceService {
+    server: Arc<InferenceServer>,
+}
+
+/// Serves until `shutdown` resolves, then lets in-flight calls finish.
+pub async fn serve(
+    listener: TcpListener,
+    server: Arc<InferenceServer>,
+    options: GrpcOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let inference = GrpcInferenceServiceServer::new(InferenceService {
+        server: Arc::clone(&server),
+    })
+    .max_decoding_message_size(options.max_message_size)
+    .max_encoding_message_size(options.max_message_size);
+    let health = HealthServer::new(HealthService { server });
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(inference)
+        .add_service(health)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}
+
+type GrpcResult<T> = Result<Response<T>, Status>;
+
+fn unimplemented<T>(what: &str) -> GrpcResult<T> {
+    Err(Status::unimplemented(format!("{what} is not supported by this server yet")))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> GrpcResult<ServerLiveResponse> {
+        Ok(Response::new(ServerLiveResponse {
+            live: self.server.is_live(),
+        }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> GrpcResult<ServerReadyResponse> {
+        Ok(Response::new(ServerReadyResponse {
+            ready: self.server.is_ready(),
+        }))
+    }
+
+    async fn model_ready(&self, request: Request<ModelReadyRequest>) -> GrpcResult<ModelReadyResponse> {
+        // An unknown or unloaded model is simply not ready: tritonclient's
+        // `is_model_ready` raises on an error status instead of returning False.
+        let r = request.into_inner();
+        let ready = self.server.model_ready(&r.name, &r.version).unwrap_or(false);
+        Ok(Response::new(ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> GrpcResult<ServerMetadataResponse> {
+        let m = self.server.metadata();
+        Ok(Response::new(ServerMetadataResponse {
+            name: m.name,
+            version: m.version,
+            extensions: m.extensions,
+        }))
+    }
+
+    async fn model_metadata(&self, request: Request<ModelMetadataRequest>) -> GrpcResult<ModelMetadataResponse> {
+        let r = request.into_inner();
+        let m = self.server.model_metadata(&r.name, &r.version).map_err(to_status)?;
+        let tensors = |ts: Vec<crate::server::TensorMetadata>| {
+            ts.into_iter()
+                .map(|t| TensorMetadata {
+                    name: t.name,
+                    datatype: t.datatype.as_wire().to_string(),
+                    shape: t.shape,
+                })
+                .collect()
+        };
+        Ok(Response::new(ModelMetadataResponse {
+            name: m.name,
+            versions: m.versions,
+            platform: m.platform,
+            inputs: tensors(m.inputs),
+            outputs: tensors(m.outputs),
+        }))
+    }
+
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
+        let request = convert::request(request.into_inner()).map_err(to_status)?;
+        let response = self.server.infer(request).await.map_err(to_status)?;
+        Ok(Response::new(convert::response(response)))
+    }
+
+    type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+
+    /// Answers each request of the stream in order; an error becomes that
+    /// response's `error_message` and the stream goes on.
+    async fn model_stream_infer(
+        &self,
+        request: Request<Streaming<ModelInferRequest>>,
+    ) -> GrpcResult<Self::ModelStreamInferStream> {
+        let mut incoming = request.into_inner();
+        let server = Arc::clone(&self.server);
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = incoming.message().await {
+                let outcome = match convert::request(message) {
+                    Ok(request) => server.infer(request).await,
+                    Err(e) => Err(e),
+                };
+                let reply = match outcome {
+                    Ok(response) => ModelStreamInferResponse {
+                        error_message: String::new(),
+                        infer_response: Some(convert::response(response)),
+                    },
+                    Err(e) => ModelStreamInferResponse {
+                        error_message: e.message().to_string(),
+                        infer_response: None,
+                    },
+                };
+                if tx.send(Ok(reply)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn model_config(&self, request: Request<ModelConfigRequest>) -> GrpcResult<ModelConfigResponse> {
+        let r = request.into_inner();
+        let config = self.server.model_config(&r.name, &r.version).map_err(to_status)?;
+        Ok(Response::new(ModelConfigResponse {
+            config: Some((*config).clone()),
+        }))
+    }
+
+    async fn model_statistics(&self, _: Request<ModelStatisticsRequest>) -> GrpcResult<ModelStatisticsResponse> {
+        unimplemented("ModelStatistics")
+    }
+
+    async fn repository_index(&self, request: Request<RepositoryIndexRequest>) -> GrpcResult<RepositoryIndexResponse> {
+        let r = request.into_inner();
+        if !r.repository_name.is_empty() {
+            return Err(Status::unimplemented("'repository_name' specification is not supported"));
+        }
+        let models = self
+            .server
+            .repository_index(r.ready)
+            .map_err(to_status)?
+            .into_iter()
+            .map(|row| ModelIndex {
+                name: row.name,
+                version: row.version.map(|v| v.to_string()).unwrap_or_default(),
+                state: row.state.map(|s| s.as_str().to_string()).unwrap_or_default(),
+                reason: row.reason,
+            })
+            .collect();
+        Ok(Response::new(RepositoryIndexResponse { models }))
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> GrpcResult<RepositoryModelLoadResponse> {
+        let r = request.into_inner();
+        if !r.repository_name.is_empty() {
+            return Err(Status::unimplemented("'repository_name' specification is not supported"));
+        }
+        let mut config = None;
+        for (key, value) in &r.parameters {
+            match (key.as_str(), value.parameter_choice.as_ref()) {
+                ("config", Some(RepositoryParameter::StringParam(text))) => {
+                    let parsed = config_json::from_json(text).map_err(|e| {
+                        to_status(Error::invalid(format!("Invalid config override: {}", e.message())))
+                    })?;
+                    config = Some(parsed);
+                }
+                ("config", _) => {
+                    return Err(Status::invalid_argument(
+                        "invalid value type for load parameter 'config', expected string_param.",
+                    ));
+                }
+                (k, _) if k.starts_with("file:") => {
+                    return Err(Status::unimplemented(
+                        "model file overrides ('file:' load parameters) are not supported",
+                    ));
+                }
+                (k, _) => return Err(Status::invalid_argument(format!("unrecognized load parameter '{k}'."))),
+            }
+        }
+        self.server.load_model(&r.model_name, config).await.map_err(to_status)?;
+        Ok(Response::new(RepositoryModelLoadResponse {}))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> GrpcResult<RepositoryModelUnloadResponse> {
+        let r = request.into_inner();
+        self.server.unload_model(&r.model_name).await.map_err(to_status)?;
+        Ok(Response::new(RepositoryModelUnloadResponse {}))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<SystemSharedMemoryStatusRequest>,
+    ) -> GrpcResult<SystemSharedMemoryStatusResponse> {
+        unimplemented("system shared memory")
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<SystemSharedMemoryRegisterResponse> {
+        unimplemented("system shared memory")
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<SystemSharedMemoryUnregisterResponse> {
+        unimplemented("system shared memory")
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> GrpcResult<CudaSharedMemoryStatusResponse> {
+        unimplemented("CUDA shared memory")
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> GrpcResult<CudaSharedMemoryRegisterResponse> {
+        unimplemented("CUDA shared memory")
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> GrpcResult<CudaSharedMemoryUnregisterResponse> {
+        unimplemented("CUDA shared memory")
+    }
+
+    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> GrpcResult<TraceSettingResponse> {
+        unimplemented("TraceSetting")
+    }
+
+    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> GrpcResult<LogSettingsResponse> {
+        unimplemented("LogSettings")
+    }
+}
+
+/// `grpc.health.v1`: SERVING while the server is ready, for any service name.
+pub struct HealthService {
+    server: Arc<InferenceServer>,
+}
+
+impl HealthService {
+    fn status(&self) -> HealthCheckResponse {
+        let status = if self.server.is_ready() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        HealthCheckResponse { status: status as i32 }
+    }
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(&self, _: Request<HealthCheckRequest>) -> GrpcResult<HealthCheckResponse> {
+        Ok(Response::new(self.status()))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+    /// Sends the current status once; the server does not yet push changes.
+    async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
+        let current = self.status();
+        Ok(Response::new(Box::pin(futures::stream::once(async move { Ok(current) }))))
+    }
+}

@@ -1,0 +1,212 @@
+//! `ModelInferRequest` / `ModelInferResponse` to and from the core's types.
+//!
+//! Tensor payloads arrive as `raw_input_contents` (what tritonclient sends;
+//! taken as `Bytes` without a copy) or as typed `contents`, which are
+//! serialised once into the raw layout. Outputs always go back in
+//! `raw_output_contents`, as Triton sends them.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use nereid_proto::inference::{
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, infer_parameter::ParameterChoice,
+    model_infer_response::InferOutputTensor,
+};
+
+use crate::datatype::DataType;
+use crate::error::{Error, Result};
+use crate::parameter::{Parameter, Parameters};
+use crate::request::{InferRequest, RequestedOutput};
+use crate::response::InferResponse;
+use crate::server::parse_version;
+use crate::tensor::{Tensor, push_bytes_element};
+
+pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
+    let model = message.model_name;
+    let mut raw = message.raw_input_contents.into_iter();
+    let use_raw = raw.len() > 0;
+    if use_raw && raw.len() != message.inputs.len() {
+        return Err(Error::invalid(format!(
+            "expected {} raw_input_contents (one per input) for model '{model}', got {}",
+            message.inputs.len(),
+            raw.len()
+        )));
+    }
+    let mut inputs = Vec::with_capacity(message.inputs.len());
+    for input in message.inputs {
+        let datatype = DataType::from_wire(&input.datatype)
+            .ok_or_else(|| Error::invalid(format!("invalid datatype for input {}", input.name)))?;
+        if input.shape.iter().any(|d| *d < 0) {
+            return Err(Error::invalid(format!(
+                "invalid shape {:?} for input '{}': dimensions must be non-negative",
+                input.shape, input.name
+            )));
+        }
+        let data = match (use_raw, input.contents) {
+            (true, Some(_)) => {
+                return Err(Error::invalid(format!(
+                    "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+                    input.name
+                )));
+            }
+            (true, None) => raw.next().expect("raw count was checked"),
+            (false, Some(contents)) => from_contents(&input.name, &model, datatype, contents)?,
+            (false, None) => {
+                return Err(Error::invalid(format!(
+                    "unable to find data for input tensor '{}' for model '{model}' in request.",
+                    input.name
+                )));
+            }
+        };
+        inputs.push(Tensor::new(input.name, datatype, input.shape, data));
+    }
+    let mut outputs = Vec::with_capacity(message.outputs.len());
+    for output in message.outputs {
+        let classification = match output.parameters.get("classification").and_then(|p| p.parameter_choice.as_ref()) {
+            None => None,
+            Some(ParameterChoice::Int64Param(k)) if *k > 0 => Some(*k as usize),
+            Some(_) => {
+                return Err(Error::invalid(
+                    "invalid value type for 'classification' parameter, expected a positive int64_param",
+                ));
+            }
+        };
+        outputs.push(RequestedOutput {
+            name: output.name,
+            classification,
+        });
+    }
+    Ok(InferRequest {
+        model_version: parse_version(&message.model_version)?,
+        model_name: model,
+        id: message.id,
+        inputs,
+        outputs,
+        parameters: parameters(&message.parameters),
+    })
+}
+
+fn parameters(map: &HashMap<String, InferParameter>) -> Parameters {
+    map.iter()
+        .filter_map(|(k, v)| {
+            let value = match v.parameter_choice.as_ref()? {
+                ParameterChoice::BoolParam(b) => Parameter::Bool(*b),
+                ParameterChoice::Int64Param(i) => Parameter::Int(*i),
+                ParameterChoice::StringParam(s) => Parameter::String(s.clone()),
+                ParameterChoice::DoubleParam(d) => Parameter::Double(*d),
+                ParameterChoice::Uint64Param(u) => Parameter::Uint(*u),
+            };
+            Some((k.clone(), value))
+        })
+        .collect()
+}
+
+/// Serialises typed `contents` into the raw little-endian layout.
+fn from_contents(name: &str, model: &str, datatype: DataType, c: InferTensorContents) -> Result<Bytes> {
+    let mut out = Vec::new();
+    let narrow = |what: &str| {
+        Error::invalid(format!("input '{name}' for model '{model}': a value does not fit in {what}"))
+    };
+    macro_rules! narrow {
+        ($src:expr, $ty:ty) => {
+            for v in $src {
+                out.extend_from_slice(&<$ty>::try_from(v).map_err(|_| narrow(stringify!($ty)))?.to_le_bytes());
+            }
+        };
+    }
+    match datatype {
+        DataType::Bool => out.extend(c.bool_contents.iter().map(|b| u8::from(*b))),
+        DataType::Int8 => narrow!(c.int_contents, i8),
+        DataType::Int16 => narrow!(c.int_contents, i16),
+        DataType::Int32 => c.int_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Int64 => c.int64_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Uint8 => narrow!(c.uint_contents, u8),
+        DataType::Uint16 => narrow!(c.uint_contents, u16),
+        DataType::Uint32 => c.uint_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Uint64 => c.uint64_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Fp32 => c.fp32_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Fp64 => c.fp64_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Bytes => {
+            for element in &c.bytes_contents {
+                push_bytes_element(&mut out, element)?;
+            }
+        }
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(Error::invalid(format!(
+                "unexpected explicit tensor data for input tensor '{name}' for model '{model}' of type '{datatype}': send it in raw_input_contents"
+            )));
+        }
+    }
+    Ok(Bytes::from(out))
+}
+
+pub fn response(response: InferResponse) -> ModelInferResponse {
+    let mut outputs = Vec::with_capacity(response.outputs.len());
+    let mut raw = Vec::with_capacity(response.outputs.len());
+    for tensor in response.outputs {
+        outputs.push(InferOutputTensor {
+            name: tensor.name,
+            datatype: tensor.datatype.as_wire().to_string(),
+            shape: tensor.shape,
+            ..Default::default()
+        });
+        raw.push(tensor.data);
+    }
+    ModelInferResponse {
+        model_name: response.model_name,
+        model_version: response.model_version.to_string(),
+        id: response.id,
+        parameters: HashMap::new(),
+        outputs,
+        raw_output_contents: raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nereid_proto::inference::model_infer_request::InferInputTensor;
+
+    fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
+        InferInputTensor {
+            name: name.into(),
+            datatype: datatype.into(),
+            shape,
+            contents,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn typed_contents_become_raw_bytes() {
+        let message = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![
+                input("A", "INT16", vec![2], Some(InferTensorContents { int_contents: vec![1, -2], ..Default::default() })),
+                input("S", "BYTES", vec![1], Some(InferTensorContents { bytes_contents: vec![b"hi".to_vec()], ..Default::default() })),
+            ],
+            ..Default::default()
+        };
+        let r = request(message).unwrap();
+        assert_eq!(r.inputs[0].data.as_ref(), &[1, 0, 0xfe, 0xff]);
+        assert_eq!(r.inputs[1].data.as_ref(), &[2, 0, 0, 0, b'h', b'i']);
+        assert_eq!(r.model_version, None);
+    }
+
+    #[test]
+    fn rejects_mixed_or_missing_data() {
+        let mut message = ModelInferRequest {
+            model_name: "m".into(),
+            inputs: vec![input("A", "INT32", vec![1], Some(InferTensorContents::default()))],
+            raw_input_contents: vec![Bytes::from_static(&[0; 4])],
+            ..Default::default()
+        };
+        assert!(request(message.clone()).unwrap_err().message().contains("contents field must not be specified"));
+        message.raw_input_contents.clear();
+        message.inputs[0].contents = None;
+        assert!(request(message.clone()).unwrap_err().message().contains("unable to find data"));
+        message.inputs[0].contents = Some(InferTensorContents { int_contents: vec![300], ..Default::default() });
+        message.inputs[0].datatype = "INT8".into();
+        assert!(request(message).unwrap_err().message().contains("'A'"));
+    }
+}

@@ -1,0 +1,20 @@
+//! Core errors as gRPC statuses, mapped as Triton maps them.
+
+use tonic::{Code, Status};
+
+use crate::error::{Error, ErrorKind};
+
+pub fn code(kind: ErrorKind) -> Code {
+    match kind {
+        ErrorKind::InvalidArgument => Code::InvalidArgument,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Unsupported => Code::Unimplemented,
+        ErrorKind::Internal => Code::Internal,
+        ErrorKind::AlreadyExists => Code::AlreadyExists,
+    }
+}
+
+pub fn to_status(error: Error) -> Status {
+    Status::new(code(error.kind()), error.message())
+}

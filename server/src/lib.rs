@@ -1,0 +1,45 @@
+//! # nereid-server
+//!
+//! A Triton-compatible inference server: KServe v2 over HTTP/REST and gRPC,
+//! Triton model repositories, ONNX Runtime and built-in backends.
+//!
+//! ## Layout
+//!
+//! A request flows top to bottom:
+//!
+//! ```text
+//! http, grpc                      front ends: decode, call InferenceServer, encode
+//! server                          the transport-free API both front ends call
+//! model_repository_manager        which model versions are loaded, the repository API
+//!   model_lifecycle               folder -> completed config -> loaded versions
+//!   repository                    Triton's folder layout, version policies
+//!   model_config                  config.pbtxt, JSON, auto-complete, validation
+//! model                           one loaded version: normalize -> schedule -> shape outputs
+//!   model/normalize               request checks against the config (Triton's wording)
+//!   model/classification          the classification extension
+//! scheduler                       the default scheduler: one queue, one thread per instance
+//! backend                         the Backend trait; onnx (ort) and builtin (identity, add_sub)
+//! request, response, tensor,      the protocol-free types
+//!   datatype, parameter
+//! error                           one error type with Triton's kinds
+//! ```
+//!
+//! `main.rs` wires it: flags into options, the front ends onto their
+//! listeners, and the shutdown sequence.
+
+pub mod backend;
+pub mod datatype;
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod model;
+pub mod model_config;
+pub mod model_lifecycle;
+pub mod model_repository_manager;
+pub mod parameter;
+pub mod repository;
+pub mod request;
+pub mod response;
+pub mod scheduler;
+pub mod server;
+pub mod tensor;

@@ -1,0 +1,193 @@
+//! The `nereid-server` binary: flags, start-up, and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use nereid_server::backend::onnx;
+use nereid_server::grpc::{self, GrpcOptions};
+use nereid_server::http::{self, HttpOptions};
+use nereid_server::model_repository_manager::{ControlMode, ModelRepositoryManager};
+use nereid_server::repository::Repository;
+use nereid_server::server::InferenceServer;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+/// A Triton-compatible inference server.
+#[derive(Debug, Parser)]
+#[command(name = "nereid-server", version)]
+struct Args {
+    /// A model repository folder (Triton's layout); may be given more than once.
+    #[arg(long = "model-repository", required = true, env = "NEREID_MODEL_REPOSITORY", value_delimiter = ',')]
+    model_repositories: Vec<PathBuf>,
+
+    /// `none` loads every model at start-up; `explicit` only those named by
+    /// --load-model, and the repository API loads and unloads.
+    #[arg(long, value_enum, default_value = "none")]
+    model_control_mode: ControlMode,
+
+    /// A model to load at start-up in explicit mode ("*" for all); may repeat.
+    #[arg(long = "load-model")]
+    load_models: Vec<String>,
+
+    /// Do not complete missing config fields from the model file.
+    #[arg(long)]
+    disable_auto_complete_config: bool,
+
+    /// The name reported by server metadata (`/v2`).
+    #[arg(long, default_value = "nereid")]
+    server_name: String,
+
+    #[command(flatten)]
+    http: HttpArgs,
+
+    #[command(flatten)]
+    grpc: GrpcArgs,
+
+    /// Seconds to let in-flight requests finish after SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 30)]
+    exit_timeout_secs: u64,
+
+    /// The ONNX Runtime shared library (libonnxruntime.so.1.3x).
+    #[arg(long, env = "ORT_DYLIB_PATH")]
+    onnxruntime_library: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "HTTP/REST")]
+struct HttpArgs {
+    #[arg(long, default_value = "0.0.0.0")]
+    http_address: String,
+    /// 0 picks a free port (the log says which).
+    #[arg(long, default_value_t = 8000)]
+    http_port: u16,
+    /// Largest request body, before and after decompression.
+    #[arg(long, default_value_t = 128 << 20)]
+    http_max_input_size: usize,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "gRPC")]
+struct GrpcArgs {
+    #[arg(long, default_value = "0.0.0.0")]
+    grpc_address: String,
+    /// 0 picks a free port (the log says which).
+    #[arg(long, default_value_t = 8001)]
+    grpc_port: u16,
+    /// Largest gRPC message received or sent.
+    #[arg(long, default_value_t = 128 << 20)]
+    grpc_max_message_size: usize,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,ort=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("nereid-io")
+        .build()
+        .context("failed to start the async runtime")?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<()> {
+    if let Err(reason) = onnx::init(args.onnxruntime_library.as_deref()) {
+        tracing::warn!(%reason, "ONNX Runtime is unavailable; ONNX models will not load");
+    }
+
+    let manager = ModelRepositoryManager::new(
+        Repository::new(args.model_repositories.clone()),
+        args.model_control_mode,
+        !args.disable_auto_complete_config,
+    );
+    let server = InferenceServer::new(args.server_name.clone(), manager);
+
+    let http_addr = listen_address(&args.http.http_address, args.http.http_port)?;
+    let grpc_addr = listen_address(&args.grpc.grpc_address, args.grpc.grpc_port)?;
+    let http_listener = TcpListener::bind(http_addr)
+        .await
+        .with_context(|| format!("failed to bind HTTP on {http_addr}"))?;
+    let grpc_listener = TcpListener::bind(grpc_addr)
+        .await
+        .with_context(|| format!("failed to bind gRPC on {grpc_addr}"))?;
+
+    // Models load before the ports are announced, so that "Started" means
+    // the server answers with its models in place (readiness says so too).
+    server
+        .manager()
+        .load_startup_models(&args.load_models)
+        .await
+        .context("failed to read the model repository")?;
+
+    let shutdown = CancellationToken::new();
+    let grpc_local = grpc_listener.local_addr()?;
+    let grpc_task = tokio::spawn(grpc::serve(
+        grpc_listener,
+        server.clone(),
+        GrpcOptions {
+            max_message_size: args.grpc.grpc_max_message_size,
+        },
+        shutdown.clone().cancelled_owned(),
+    ));
+    tracing::info!("Started GRPCInferenceService at {grpc_local}");
+    let router = http::router(
+        server.clone(),
+        HttpOptions {
+            max_input_size: args.http.http_max_input_size,
+        },
+    );
+    let http_local = http_listener.local_addr()?;
+    let http_task = tokio::spawn(http::serve(http_listener, router, shutdown.clone().cancelled_owned()));
+    server.set_ready(true);
+    tracing::info!("Started HTTPService at {http_local}");
+
+    wait_for_signal().await;
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    server.set_ready(false);
+    shutdown.cancel();
+    let drained = tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), async {
+        let _ = http_task.await;
+        let _ = grpc_task.await;
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            timeout_secs = args.exit_timeout_secs,
+            "in-flight requests did not finish before the exit timeout"
+        );
+    }
+    server.manager().unload_all();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn listen_address(host: &str, port: u16) -> Result<SocketAddr> {
+    let ip: std::net::IpAddr = host
+        .parse()
+        .with_context(|| format!("'{host}' is not an IP address"))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,180 @@
+//! One loaded version of a model: its final config, its instances, and the
+//! path of a request through them.
+
+pub mod classification;
+pub mod normalize;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use nereid_proto::inference::{ModelConfig, model_instance_group::Kind};
+
+use crate::backend::{self, Device};
+use crate::error::{Error, Result};
+use crate::model_config::{BackendKind, parameter};
+use crate::request::InferRequest;
+use crate::response::InferResponse;
+use crate::scheduler::{DefaultScheduler, InstanceSource, Placement};
+use crate::tensor::Tensor;
+
+pub struct Model {
+    name: String,
+    version: i64,
+    config: Arc<ModelConfig>,
+    scheduler: DefaultScheduler,
+    /// Output name to the lines of its `label_filename`, for classification.
+    labels: HashMap<String, Vec<String>>,
+}
+
+impl Model {
+    /// Creates the instances of one version. Blocking: model files are read
+    /// and sessions built here.
+    pub fn load(
+        name: &str,
+        version: i64,
+        version_dir: &Path,
+        config: Arc<ModelConfig>,
+        kind: BackendKind,
+    ) -> Result<Model> {
+        let mut labels = HashMap::new();
+        let model_dir = version_dir.parent().unwrap_or(version_dir);
+        for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
+            let path = model_dir.join(&output.label_filename);
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                Error::invalid(format!("failed to read label file '{}': {e}", path.display()))
+            })?;
+            labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
+        }
+        let placements = placements(&config)?;
+        let scheduler = DefaultScheduler::start(
+            InstanceSource {
+                model: name.to_string(),
+                version,
+                backend: backend::for_kind(kind),
+                config: Arc::clone(&config),
+                version_dir: version_dir.to_path_buf(),
+            },
+            &placements,
+        )?;
+        Ok(Model {
+            name: name.to_string(),
+            version,
+            config,
+            scheduler,
+            labels,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn version(&self) -> i64 {
+        self.version
+    }
+
+    pub fn config(&self) -> &Arc<ModelConfig> {
+        &self.config
+    }
+
+    /// Checks a request, runs it on a free instance and shapes the response.
+    #[tracing::instrument(skip_all, fields(model = %self.name, version = self.version, request_id = %request.id))]
+    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+        let id = request.id.clone();
+        let parameters = request.parameters.clone();
+        let normalized = normalize::normalize(&self.config, &self.name, request)?;
+        let produced = self.scheduler.execute(normalized.inputs).await?;
+        let batching = self.config.max_batch_size > 0;
+        let mut outputs = Vec::with_capacity(normalized.outputs.len());
+        for wanted in &normalized.outputs {
+            let Some(tensor) = produced.iter().find(|t| t.name == wanted.name) else {
+                return Err(Error::internal(format!(
+                    "model '{}' produced no output '{}'",
+                    self.name, wanted.name
+                )));
+            };
+            let tensor = self.client_shape(tensor.clone(), batching, normalized.batch_size);
+            outputs.push(match wanted.classification {
+                Some(k) => classification::classify(
+                    &tensor,
+                    k,
+                    batching,
+                    self.labels.get(&wanted.name).map(Vec::as_slice),
+                )?,
+                None => tensor,
+            });
+        }
+        // Only echo parameters the client can make sense of; none are set yet.
+        let _ = parameters;
+        Ok(InferResponse {
+            model_name: self.name.clone(),
+            model_version: self.version,
+            id,
+            outputs,
+            parameters: Default::default(),
+        })
+    }
+
+    /// Undoes an output `reshape`: the client sees the config's dims.
+    fn client_shape(&self, mut tensor: Tensor, batching: bool, batch_size: usize) -> Tensor {
+        let Some(output) = self.config.output.iter().find(|o| o.name == tensor.name) else {
+            return tensor;
+        };
+        if output.reshape.is_some() && !output.dims.contains(&-1) {
+            let mut shape = Vec::with_capacity(output.dims.len() + 1);
+            if batching {
+                shape.push(i64::try_from(batch_size).unwrap_or(i64::MAX));
+            }
+            shape.extend_from_slice(&output.dims);
+            tensor.shape = shape;
+        }
+        tensor
+    }
+}
+
+/// One placement per instance from `instance_group`. Without GPU discovery
+/// yet, KIND_AUTO and KIND_MODEL run on the CPU and a KIND_GPU group with no
+/// `gpus` list uses device 0.
+fn placements(config: &ModelConfig) -> Result<Vec<Placement>> {
+    let mut devices = Vec::new();
+    for group in &config.instance_group {
+        let count = group.count.max(1) as usize;
+        match Kind::try_from(group.kind).unwrap_or(Kind::Auto) {
+            Kind::Gpu => {
+                let gpus = if group.gpus.is_empty() { vec![0] } else { group.gpus.clone() };
+                for gpu in gpus {
+                    devices.extend(std::iter::repeat_n(Device::Gpu(gpu), count));
+                }
+            }
+            Kind::Cpu | Kind::Auto | Kind::Model => {
+                devices.extend(std::iter::repeat_n(Device::Cpu, count));
+            }
+        }
+    }
+    if devices.is_empty() {
+        devices.push(Device::Cpu);
+    }
+    let threads = match parameter(config, "intra_op_thread_count") {
+        Some(value) => value.parse::<usize>().map_err(|_| {
+            Error::invalid(format!(
+                "parameter 'intra_op_thread_count' must be a non-negative integer, got '{value}'"
+            ))
+        })?,
+        // 0 means "pick": share the cores between the instances.
+        None => 0,
+    };
+    let threads = if threads > 0 {
+        threads
+    } else {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / devices.len()).max(1)
+    };
+    Ok(devices
+        .into_iter()
+        .map(|device| Placement {
+            device,
+            intra_op_threads: threads,
+        })
+        .collect())
+}

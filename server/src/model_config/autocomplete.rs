@@ -1,0 +1,306 @@
+//! Completing a config from what the model file says, and checking that the
+//! two agree.
+//!
+//! Triton lets a model folder hold only `1/model.onnx`: the backend reads the
+//! model's inputs and outputs and fills in the config. The rules are Triton's
+//! ONNX Runtime backend's: completion runs only when the config lacks its
+//! inputs or its outputs; a model whose every input and output has a dynamic
+//! first dimension can batch, so an unset `max_batch_size` becomes
+//! [`DEFAULT_MAX_BATCH_SIZE`] (with `dynamic_batching {}` when it is above 1)
+//! and the first dimension becomes the batch dimension.
+
+use nereid_proto::inference::{ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput, model_config};
+
+use super::{DEFAULT_MAX_BATCH_SIZE, model_dims};
+use crate::datatype::DataType;
+use crate::error::{Error, Result};
+
+/// One input or output as the model file declares it (full rank, `-1` for dynamic).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSignature {
+    pub name: String,
+    /// `None` when the model uses a type Triton has no name for.
+    pub datatype: Option<DataType>,
+    pub dims: Vec<i64>,
+}
+
+/// What a backend can tell about a model file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelSignature {
+    pub inputs: Vec<TensorSignature>,
+    pub outputs: Vec<TensorSignature>,
+}
+
+impl ModelSignature {
+    /// Whether every tensor has a dynamic first dimension, so that it can take a batch.
+    fn can_batch(&self) -> bool {
+        let all = self.inputs.iter().chain(&self.outputs);
+        !self.inputs.is_empty() && all.clone().all(|t| t.dims.first() == Some(&-1))
+    }
+}
+
+/// Fills what the config leaves out from the model's signature.
+pub fn complete(config: &mut ModelConfig, signature: &ModelSignature) -> Result<()> {
+    if !config.input.is_empty() && !config.output.is_empty() {
+        return Ok(());
+    }
+    if !signature.can_batch() && config.max_batch_size != 0 {
+        return Err(Error::invalid(
+            "autofill failed: model does not support batching while non-zero max_batch_size is specified",
+        ));
+    }
+    if config.max_batch_size == 0 && signature.can_batch() {
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
+        if config.max_batch_size > 1 && config.scheduling_choice.is_none() {
+            config.scheduling_choice = Some(model_config::SchedulingChoice::DynamicBatching(
+                ModelDynamicBatching::default(),
+            ));
+        }
+    }
+    let skip = usize::from(config.max_batch_size > 0);
+    let strip = |dims: &[i64]| dims.iter().skip(skip).copied().collect::<Vec<_>>();
+
+    if config.input.is_empty() {
+        config.input = signature
+            .inputs
+            .iter()
+            .map(|t| ModelInput {
+                name: t.name.clone(),
+                data_type: t.datatype.map_or(0, DataType::to_config),
+                dims: strip(&t.dims),
+                ..Default::default()
+            })
+            .collect();
+    } else {
+        for input in &mut config.input {
+            if let Some(t) = signature.inputs.iter().find(|t| t.name == input.name) {
+                if input.data_type == 0 {
+                    input.data_type = t.datatype.map_or(0, DataType::to_config);
+                }
+                if input.dims.is_empty() && input.reshape.is_none() {
+                    input.dims = strip(&t.dims);
+                }
+            }
+        }
+    }
+    if config.output.is_empty() {
+        config.output = signature
+            .outputs
+            .iter()
+            .map(|t| ModelOutput {
+                name: t.name.clone(),
+                data_type: t.datatype.map_or(0, DataType::to_config),
+                dims: strip(&t.dims),
+                ..Default::default()
+            })
+            .collect();
+    } else {
+        for output in &mut config.output {
+            if let Some(t) = signature.outputs.iter().find(|t| t.name == output.name) {
+                if output.data_type == 0 {
+                    output.data_type = t.datatype.map_or(0, DataType::to_config);
+                }
+                if output.dims.is_empty() && output.reshape.is_none() {
+                    output.dims = strip(&t.dims);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that the (completed) config agrees with the model file.
+pub fn check_against(config: &ModelConfig, signature: &ModelSignature) -> Result<()> {
+    let batch = config.max_batch_size > 0;
+    for input in &config.input {
+        let t = signature.inputs.iter().find(|t| t.name == input.name).ok_or_else(|| {
+            Error::invalid(format!(
+                "unexpected inference input '{}', allowed inputs are: {}",
+                input.name,
+                names(&signature.inputs)
+            ))
+        })?;
+        check_tensor("input", &input.name, input.data_type, model_dims(input), t, batch)?;
+    }
+    for t in &signature.inputs {
+        if !config.input.iter().any(|i| i.name == t.name) {
+            return Err(Error::invalid(format!(
+                "model file has input '{}' that the configuration does not list",
+                t.name
+            )));
+        }
+    }
+    for output in &config.output {
+        let t = signature.outputs.iter().find(|t| t.name == output.name).ok_or_else(|| {
+            Error::invalid(format!(
+                "unexpected inference output '{}', allowed outputs are: {}",
+                output.name,
+                names(&signature.outputs)
+            ))
+        })?;
+        let dims = output.reshape.as_ref().map_or(output.dims.as_slice(), |r| r.shape.as_slice());
+        check_tensor("output", &output.name, output.data_type, dims, t, batch)?;
+    }
+    Ok(())
+}
+
+fn check_tensor(
+    what: &str,
+    name: &str,
+    data_type: i32,
+    config_dims: &[i64],
+    model: &TensorSignature,
+    batch: bool,
+) -> Result<()> {
+    let config_type = DataType::from_config(data_type);
+    if config_type != model.datatype {
+        let show = |t: Option<DataType>| t.map_or("unsupported".to_string(), |t| format!("TYPE_{}", config_name(t)));
+        return Err(Error::invalid(format!(
+            "unexpected datatype {} for {what} '{name}', model provides {}",
+            show(config_type),
+            show(model.datatype)
+        )));
+    }
+    let mut expected: Vec<i64> = Vec::with_capacity(config_dims.len() + 1);
+    if batch {
+        expected.push(-1);
+    }
+    expected.extend_from_slice(config_dims);
+    let compatible = expected.len() == model.dims.len()
+        && expected
+            .iter()
+            .zip(&model.dims)
+            .all(|(&c, &m)| c == m || c == -1 || m == -1);
+    if !compatible {
+        return Err(Error::invalid(format!(
+            "{what} '{name}' has shape {:?} in the model file but the configuration implies {:?} (max_batch_size {})",
+            model.dims,
+            expected,
+            if batch { "> 0 adds a batch dimension" } else { "0" }
+        )));
+    }
+    Ok(())
+}
+
+/// The config spelling of a datatype (`TYPE_STRING` for BYTES).
+fn config_name(t: DataType) -> &'static str {
+    match t {
+        DataType::Bytes => "STRING",
+        other => other.as_wire(),
+    }
+}
+
+fn names(tensors: &[TensorSignature]) -> String {
+    tensors.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sig(name: &str, dims: &[i64]) -> TensorSignature {
+        TensorSignature {
+            name: name.into(),
+            datatype: Some(DataType::Fp32),
+            dims: dims.to_vec(),
+        }
+    }
+
+    fn mlp() -> ModelSignature {
+        ModelSignature {
+            inputs: vec![sig("X", &[-1, 256])],
+            outputs: vec![sig("Y", &[-1, 10])],
+        }
+    }
+
+    #[test]
+    fn empty_config_is_completed_with_batching() {
+        let mut config = ModelConfig::default();
+        complete(&mut config, &mlp()).unwrap();
+        assert_eq!(config.max_batch_size, DEFAULT_MAX_BATCH_SIZE);
+        assert_eq!(config.input[0].name, "X");
+        assert_eq!(config.input[0].dims, vec![256]);
+        assert_eq!(config.input[0].data_type, DataType::Fp32.to_config());
+        assert_eq!(config.output[0].dims, vec![10]);
+        assert!(matches!(
+            config.scheduling_choice,
+            Some(model_config::SchedulingChoice::DynamicBatching(_))
+        ));
+        check_against(&config, &mlp()).unwrap();
+    }
+
+    #[test]
+    fn fixed_first_dimension_means_no_batching() {
+        let signature = ModelSignature {
+            inputs: vec![sig("X", &[1, 256])],
+            outputs: vec![sig("Y", &[1, 10])],
+        };
+        let mut config = ModelConfig::default();
+        complete(&mut config, &signature).unwrap();
+        assert_eq!(config.max_batch_size, 0);
+        assert_eq!(config.input[0].dims, vec![1, 256]);
+        check_against(&config, &signature).unwrap();
+
+        let mut batching = ModelConfig {
+            max_batch_size: 8,
+            ..Default::default()
+        };
+        let err = complete(&mut batching, &signature).unwrap_err();
+        assert!(err.message().contains("does not support batching"), "{err}");
+    }
+
+    #[test]
+    fn partial_config_keeps_its_inputs_and_gains_outputs() {
+        let mut config = ModelConfig {
+            max_batch_size: 2,
+            input: vec![ModelInput {
+                name: "X".into(),
+                dims: vec![256],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        complete(&mut config, &mlp()).unwrap();
+        assert_eq!(config.max_batch_size, 2);
+        assert_eq!(config.input[0].data_type, DataType::Fp32.to_config());
+        assert_eq!(config.output[0].name, "Y");
+        assert_eq!(config.output[0].dims, vec![10]);
+        check_against(&config, &mlp()).unwrap();
+    }
+
+    #[test]
+    fn complete_config_is_left_alone() {
+        let mut config = ModelConfig::default();
+        complete(&mut config, &mlp()).unwrap();
+        let mut explicit = config.clone();
+        explicit.max_batch_size = 0;
+        explicit.scheduling_choice = None;
+        let before = explicit.clone();
+        complete(&mut explicit, &mlp()).unwrap();
+        assert_eq!(explicit, before);
+    }
+
+    #[test]
+    fn disagreements_are_reported() {
+        let mut config = ModelConfig::default();
+        complete(&mut config, &mlp()).unwrap();
+        let mut wrong_type = config.clone();
+        wrong_type.input[0].data_type = DataType::Int32.to_config();
+        let err = check_against(&wrong_type, &mlp()).unwrap_err();
+        assert!(err.message().contains("TYPE_INT32") && err.message().contains("'X'"), "{err}");
+
+        let mut wrong_dims = config.clone();
+        wrong_dims.input[0].dims = vec![128];
+        let err = check_against(&wrong_dims, &mlp()).unwrap_err();
+        assert!(err.message().contains("'X'"), "{err}");
+
+        let mut wrong_name = config.clone();
+        wrong_name.input[0].name = "Z".into();
+        let err = check_against(&wrong_name, &mlp()).unwrap_err();
+        assert!(err.message().contains("'Z'"), "{err}");
+
+        let mut wrong_output = config;
+        wrong_output.output[0].name = "Q".into();
+        assert!(check_against(&wrong_output, &mlp()).is_err());
+    }
+}

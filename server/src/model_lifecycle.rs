@@ -1,0 +1,140 @@
+//! Turning a model folder into loaded versions: the blocking part of a load.
+//!
+//! The steps are Triton's: take the config (an override, `config.pbtxt`, or
+//! nothing), pick the backend, pick the versions by policy, complete the
+//! config from the model file, check it, then start each version's
+//! instances. Each step's failure is a reason the repository index shows.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use nereid_proto::inference::{
+    ModelConfig, ModelInstanceGroup, ModelVersionPolicy, model_config::SchedulingChoice,
+    model_instance_group::Kind, model_version_policy,
+};
+
+use crate::backend;
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::model_config::{BackendKind, autocomplete, validate::validate};
+use crate::repository::{ModelFiles, select_versions};
+
+/// A config ready to load, with what was decided on the way.
+pub struct PreparedModel {
+    pub config: Arc<ModelConfig>,
+    pub kind: BackendKind,
+    pub versions: Vec<(i64, std::path::PathBuf)>,
+}
+
+/// Reads, completes and checks a model's config.
+pub fn prepare(
+    name: &str,
+    dir: &Path,
+    config_override: Option<ModelConfig>,
+    autocomplete_enabled: bool,
+) -> Result<PreparedModel> {
+    let files = ModelFiles::read(dir)?;
+    let mut config = config_override.or(files.config).unwrap_or_default();
+    if config.name.is_empty() {
+        config.name = name.to_string();
+    } else if config.name != name {
+        return Err(Error::invalid(format!(
+            "model name '{}' in the configuration does not match the folder name '{name}'",
+            config.name
+        )));
+    }
+    let available: Vec<i64> = files.versions.keys().copied().collect();
+    let selected = select_versions(config.version_policy.as_ref(), &available)
+        .map_err(|e| Error::invalid(format!("{} '{name}'", e.message())))?;
+    let versions: Vec<(i64, std::path::PathBuf)> =
+        selected.iter().map(|v| (*v, files.versions[v].clone())).collect();
+    let latest_dir = &versions.last().expect("select_versions returns at least one").1;
+
+    let kind = match BackendKind::from_config(&config) {
+        Some(kind) => kind,
+        // Like Triton, recognise an ONNX model by its file when nothing is named.
+        None if config.backend.is_empty()
+            && config.platform.is_empty()
+            && autocomplete_enabled
+            && latest_dir.join("model.onnx").is_file() =>
+        {
+            BackendKind::OnnxRuntime
+        }
+        None => {
+            return Err(Error::invalid(format!(
+                "unknown backend '{}' / platform '{}': supported are backend 'onnxruntime' (platform 'onnxruntime_onnx'), 'identity' and 'add_sub'",
+                config.backend, config.platform
+            )));
+        }
+    };
+    kind.describe(&mut config);
+    if let Some(file) = kind.default_model_filename()
+        && config.default_model_filename.is_empty()
+    {
+        config.default_model_filename = file.to_string();
+    }
+
+    if let Some(signature) = backend::for_kind(kind).signature(&config, latest_dir)? {
+        if autocomplete_enabled {
+            autocomplete::complete(&mut config, &signature)?;
+        }
+        autocomplete::check_against(&config, &signature)?;
+    }
+    fill_defaults(&mut config);
+    validate(&config)?;
+    Ok(PreparedModel {
+        config: Arc::new(config),
+        kind,
+        versions,
+    })
+}
+
+/// Triton's normalisation: the defaults it writes into every config so that
+/// `/config` shows what is in force.
+fn fill_defaults(config: &mut ModelConfig) {
+    if config.version_policy.is_none() {
+        config.version_policy = Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(
+                model_version_policy::Latest { num_versions: 1 },
+            )),
+        });
+    }
+    if config.instance_group.is_empty() {
+        config.instance_group.push(ModelInstanceGroup {
+            count: 1,
+            kind: Kind::Cpu as i32,
+            ..Default::default()
+        });
+    }
+    for (i, group) in config.instance_group.iter_mut().enumerate() {
+        if group.name.is_empty() {
+            group.name = format!("{}_{i}", config.name);
+        }
+        if group.count == 0 {
+            group.count = 1;
+        }
+        if group.kind == Kind::Auto as i32 {
+            group.kind = Kind::Cpu as i32;
+        }
+    }
+    if let Some(SchedulingChoice::DynamicBatching(batching)) = &mut config.scheduling_choice
+        && batching.preferred_batch_size.is_empty()
+        && config.max_batch_size > 0
+    {
+        batching.preferred_batch_size.push(config.max_batch_size);
+    }
+}
+
+/// Loads every version of a prepared model; each version succeeds or fails on its own.
+pub fn load_versions(name: &str, prepared: &PreparedModel) -> BTreeMap<i64, Result<Arc<Model>>> {
+    prepared
+        .versions
+        .iter()
+        .map(|(version, dir)| {
+            let loaded = Model::load(name, *version, dir, Arc::clone(&prepared.config), prepared.kind)
+                .map(Arc::new);
+            (*version, loaded)
+        })
+        .collect()
+}

@@ -1,0 +1,326 @@
+//! Which models are loaded, in which state, and the repository API.
+//!
+//! Loads run on the blocking pool and are serialised per manager, so two
+//! loads of one model never race; lookups only take a short read lock and
+//! clone an `Arc<Model>`. A reload swaps the versions in one step: requests
+//! already holding the old `Arc<Model>` finish on the old instances, which
+//! stop once the last of them is done.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use nereid_proto::inference::ModelConfig;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::Model;
+use crate::model_lifecycle;
+use crate::repository::Repository;
+
+/// Triton's `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControlMode {
+    /// Load everything at start-up; the repository API cannot change it.
+    None,
+    /// Load only what `--load-model` names; the repository API loads and unloads.
+    Explicit,
+}
+
+/// A model version's state, as the repository index spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelState {
+    Loading,
+    Ready,
+    Unloading,
+    Unavailable,
+}
+
+impl ModelState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelState::Loading => "LOADING",
+            ModelState::Ready => "READY",
+            ModelState::Unloading => "UNLOADING",
+            ModelState::Unavailable => "UNAVAILABLE",
+        }
+    }
+}
+
+/// One row of the repository index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexEntry {
+    pub name: String,
+    /// `None` for a model that was never loaded or failed before any version was known.
+    pub version: Option<i64>,
+    /// `None` for a model that was never loaded.
+    pub state: Option<ModelState>,
+    pub reason: String,
+}
+
+#[derive(Clone)]
+struct VersionEntry {
+    state: ModelState,
+    reason: String,
+    model: Option<Arc<Model>>,
+}
+
+#[derive(Clone, Default)]
+struct ModelEntry {
+    versions: BTreeMap<i64, VersionEntry>,
+    /// A state for the model as a whole, when no version got that far.
+    whole: Option<(ModelState, String)>,
+}
+
+pub struct ModelRepositoryManager {
+    repository: Repository,
+    mode: ControlMode,
+    autocomplete: bool,
+    models: RwLock<BTreeMap<String, ModelEntry>>,
+    /// Serialises loads and unloads.
+    changes: tokio::sync::Mutex<()>,
+}
+
+impl ModelRepositoryManager {
+    pub fn new(repository: Repository, mode: ControlMode, autocomplete: bool) -> Self {
+        ModelRepositoryManager {
+            repository,
+            mode,
+            autocomplete,
+            models: RwLock::new(BTreeMap::new()),
+            changes: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    pub fn mode(&self) -> ControlMode {
+        self.mode
+    }
+
+    /// Loads what the control mode says to load at start-up. Failures are
+    /// logged and left in the index; they never stop the server.
+    pub async fn load_startup_models(&self, explicit: &[String]) -> Result<()> {
+        let names: Vec<String> = match self.mode {
+            ControlMode::None => self.repository.scan()?.into_keys().collect(),
+            ControlMode::Explicit if explicit.iter().any(|n| n == "*") => {
+                self.repository.scan()?.into_keys().collect()
+            }
+            ControlMode::Explicit => explicit.to_vec(),
+        };
+        for name in names {
+            match self.load_unchecked(&name, None).await {
+                Ok(()) => tracing::info!(model = %name, "loaded"),
+                Err(e) => tracing::error!(model = %name, error = %e, "failed to load"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The repository API's load: (re)loads a model, optionally with a config override.
+    pub async fn load(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
+        self.check_explicit()?;
+        if name.is_empty() {
+            return Err(Error::invalid("Model name cannot be empty. Please enter a valid name to deploy."));
+        }
+        self.load_unchecked(name, config_override).await
+    }
+
+    async fn load_unchecked(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
+        let _guard = self.changes.lock().await;
+        let dir = match self.repository.locate(name) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                return Err(Error::internal(format!(
+                    "failed to load '{name}', failed to poll from model repository"
+                )));
+            }
+            Err(e) => {
+                self.set_whole(name, ModelState::Unavailable, e.message());
+                return Err(Error::invalid(format!("load failed for model '{name}': {e}")));
+            }
+        };
+        let first_load = !self.has_ready_version(name);
+        if first_load {
+            self.set_whole(name, ModelState::Loading, "");
+        }
+        let autocomplete = self.autocomplete;
+        let owned_name = name.to_string();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let prepared = model_lifecycle::prepare(&owned_name, &dir, config_override, autocomplete)?;
+            Ok::<_, Error>(model_lifecycle::load_versions(&owned_name, &prepared))
+        })
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(format!("model load panicked: {e}"))));
+
+        let loaded = match outcome {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                // A failed reload leaves the versions that were serving in place.
+                if first_load {
+                    self.set_whole(name, ModelState::Unavailable, e.message());
+                }
+                return Err(Error::invalid(format!("load failed for model '{name}': {e}")));
+            }
+        };
+        let mut failures = String::new();
+        let mut entry = ModelEntry::default();
+        for (version, result) in loaded {
+            let version_entry = match result {
+                Ok(model) => VersionEntry {
+                    state: ModelState::Ready,
+                    reason: String::new(),
+                    model: Some(model),
+                },
+                Err(e) => {
+                    failures.push_str(&format!("version {version} is at UNAVAILABLE state: {e};\n"));
+                    VersionEntry {
+                        state: ModelState::Unavailable,
+                        reason: e.message().to_string(),
+                        model: None,
+                    }
+                }
+            };
+            entry.versions.insert(version, version_entry);
+        }
+        self.models
+            .write()
+            .expect("model table lock is never poisoned")
+            .insert(name.to_string(), entry);
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::invalid(format!("load failed for model '{name}': {failures}")))
+        }
+    }
+
+    /// The repository API's unload. Unloading an unknown model is not an error, as in Triton.
+    pub async fn unload(&self, name: &str) -> Result<()> {
+        self.check_explicit()?;
+        let _guard = self.changes.lock().await;
+        let mut models = self.models.write().expect("model table lock is never poisoned");
+        if let Some(entry) = models.get_mut(name) {
+            for version in entry.versions.values_mut() {
+                // Dropping the Arc stops the instances once in-flight requests finish.
+                version.model = None;
+                version.state = ModelState::Unavailable;
+                version.reason = "unloaded".to_string();
+            }
+            if entry.versions.is_empty() {
+                entry.whole = Some((ModelState::Unavailable, "unloaded".to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Unloads everything (used at shutdown, after the front ends stopped).
+    pub fn unload_all(&self) {
+        let mut models = self.models.write().expect("model table lock is never poisoned");
+        models.clear();
+    }
+
+    /// A ready model version; `None` picks the highest ready version.
+    pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
+        let models = self.models.read().expect("model table lock is never poisoned");
+        let unknown = || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
+        let entry = models.get(name).ok_or_else(unknown)?;
+        match version {
+            Some(v) => {
+                let version_entry = entry.versions.get(&v).ok_or_else(|| {
+                    Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))
+                })?;
+                version_entry.model.clone().ok_or_else(|| {
+                    Error::unavailable(format!(
+                        "Request for unknown model: '{name}' version {v} is not at ready state"
+                    ))
+                })
+            }
+            None => entry
+                .versions
+                .values()
+                .rev()
+                .find_map(|v| v.model.clone())
+                .ok_or_else(|| {
+                    if entry.versions.is_empty() && entry.whole.is_none() {
+                        unknown()
+                    } else {
+                        Error::not_found(format!(
+                            "Request for unknown model: '{name}' has no available versions"
+                        ))
+                    }
+                }),
+        }
+    }
+
+    /// The ready versions of a model, ascending.
+    pub fn ready_versions(&self, name: &str) -> Vec<i64> {
+        let models = self.models.read().expect("model table lock is never poisoned");
+        models.get(name).map_or_else(Vec::new, |entry| {
+            entry
+                .versions
+                .iter()
+                .filter(|(_, v)| v.model.is_some())
+                .map(|(n, _)| *n)
+                .collect()
+        })
+    }
+
+    /// Every model in the repositories and every model known to the manager.
+    pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
+        let mut names: Vec<String> = self.repository.scan()?.into_keys().collect();
+        let models = self.models.read().expect("model table lock is never poisoned");
+        names.extend(models.keys().cloned());
+        names.sort();
+        names.dedup();
+        let mut rows = Vec::new();
+        for name in names {
+            match models.get(&name) {
+                None => rows.push(IndexEntry {
+                    name,
+                    version: None,
+                    state: None,
+                    reason: String::new(),
+                }),
+                Some(entry) if entry.versions.is_empty() => {
+                    let (state, reason) = entry.whole.clone().unwrap_or((ModelState::Unavailable, String::new()));
+                    rows.push(IndexEntry {
+                        name,
+                        version: None,
+                        state: Some(state),
+                        reason,
+                    });
+                }
+                Some(entry) => {
+                    for (version, v) in &entry.versions {
+                        rows.push(IndexEntry {
+                            name: name.clone(),
+                            version: Some(*version),
+                            state: Some(v.state),
+                            reason: v.reason.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        if ready_only {
+            rows.retain(|r| r.state == Some(ModelState::Ready));
+        }
+        Ok(rows)
+    }
+
+    fn check_explicit(&self) -> Result<()> {
+        if self.mode != ControlMode::Explicit {
+            return Err(Error::unavailable(
+                "explicit model load / unload is not allowed if polling is enabled",
+            ));
+        }
+        Ok(())
+    }
+
+    fn has_ready_version(&self, name: &str) -> bool {
+        !self.ready_versions(name).is_empty()
+    }
+
+    fn set_whole(&self, name: &str, state: ModelState, reason: &str) {
+        let mut models = self.models.write().expect("model table lock is never poisoned");
+        let entry = models.entry(name.to_string()).or_default();
+        entry.versions.clear();
+        entry.whole = Some((state, reason.to_string()));
+    }
+}

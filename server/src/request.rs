@@ -1,0 +1,39 @@
+//! The protocol-free inference request every front end produces.
+
+use crate::parameter::Parameters;
+use crate::tensor::Tensor;
+
+/// An inference request after the wire format has been decoded.
+///
+/// Inputs carry their data as received (zero-copy slices of the HTTP body or
+/// of the gRPC message); nothing here knows whether they came as JSON, binary
+/// or protobuf.
+#[derive(Debug, Clone, Default)]
+pub struct InferRequest {
+    pub model_name: String,
+    /// `None` lets the version policy pick (the highest ready version).
+    pub model_version: Option<i64>,
+    pub id: String,
+    pub inputs: Vec<Tensor>,
+    /// Empty means "every output of the model".
+    pub outputs: Vec<RequestedOutput>,
+    pub parameters: Parameters,
+}
+
+/// An output the client asked for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestedOutput {
+    pub name: String,
+    /// Triton's classification extension: return the top `k` classes as
+    /// BYTES `"value:index[:label]"` instead of the raw tensor.
+    pub classification: Option<usize>,
+}
+
+impl RequestedOutput {
+    pub fn named(name: impl Into<String>) -> Self {
+        RequestedOutput {
+            name: name.into(),
+            classification: None,
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The transport-free server API every front end calls.
+//!
+//! HTTP and gRPC reach models only through [`InferenceServer`]; whatever one
+//! front end can do, the other can too.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nereid_proto::inference::ModelConfig;
+
+use crate::datatype::DataType;
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::model_config::{input_datatype, output_datatype};
+use crate::model_repository_manager::{IndexEntry, ModelRepositoryManager};
+use crate::request::InferRequest;
+use crate::response::InferResponse;
+
+/// The protocol extensions this server implements, as `/v2` lists them.
+pub const EXTENSIONS: &[&str] = &[
+    "classification",
+    "model_repository",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+];
+
+/// `/v2` server metadata.
+#[derive(Debug, Clone)]
+pub struct ServerMetadata {
+    pub name: String,
+    pub version: String,
+    pub extensions: Vec<String>,
+}
+
+/// A tensor as model metadata describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: DataType,
+    /// With a leading `-1` when the model batches.
+    pub shape: Vec<i64>,
+}
+
+/// `/v2/models/{m}` model metadata.
+#[derive(Debug, Clone)]
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+pub struct InferenceServer {
+    name: String,
+    manager: ModelRepositoryManager,
+    ready: AtomicBool,
+}
+
+impl InferenceServer {
+    pub fn new(name: String, manager: ModelRepositoryManager) -> Arc<Self> {
+        Arc::new(InferenceServer {
+            name,
+            manager,
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    pub fn manager(&self) -> &ModelRepositoryManager {
+        &self.manager
+    }
+
+    pub fn is_live(&self) -> bool {
+        true
+    }
+
+    /// Ready once start-up loading is done, and until shutdown begins.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    pub fn metadata(&self) -> ServerMetadata {
+        ServerMetadata {
+            name: self.name.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+        }
+    }
+
+    /// A ready model version; `version` is the URL's string ("" for the latest).
+    pub fn model(&self, name: &str, version: &str) -> Result<Arc<Model>> {
+        self.manager.get(name, parse_version(version)?)
+    }
+
+    pub fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
+        self.model(name, version).map(|_| true)
+    }
+
+    pub fn model_metadata(&self, name: &str, version: &str) -> Result<ModelMetadata> {
+        let model = self.model(name, version)?;
+        let config = model.config();
+        let versions = if version.is_empty() {
+            self.manager.ready_versions(name).iter().map(i64::to_string).collect()
+        } else {
+            vec![model.version().to_string()]
+        };
+        let batch = config.max_batch_size > 0;
+        let shape = |dims: &[i64]| {
+            let mut shape = Vec::with_capacity(dims.len() + 1);
+            if batch {
+                shape.push(-1);
+            }
+            shape.extend_from_slice(dims);
+            shape
+        };
+        Ok(ModelMetadata {
+            name: name.to_string(),
+            versions,
+            platform: if config.platform.is_empty() {
+                config.backend.clone()
+            } else {
+                config.platform.clone()
+            },
+            inputs: config
+                .input
+                .iter()
+                .filter_map(|i| {
+                    Some(TensorMetadata {
+                        name: i.name.clone(),
+                        datatype: input_datatype(i)?,
+                        shape: shape(&i.dims),
+                    })
+                })
+                .collect(),
+            outputs: config
+                .output
+                .iter()
+                .filter_map(|o| {
+                    Some(TensorMetadata {
+                        name: o.name.clone(),
+                        datatype: output_datatype(o)?,
+                        shape: shape(&o.dims),
+                    })
+                })
+                .collect(),
+        })
+    }
+
+    pub fn model_config(&self, name: &str, version: &str) -> Result<Arc<ModelConfig>> {
+        Ok(Arc::clone(self.model(name, version)?.config()))
+    }
+
+    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+        if !self.is_ready() {
+            return Err(Error::unavailable("Server not ready"));
+        }
+        let model = self.manager.get(&request.model_name, request.model_version)?;
+        model.infer(request).await
+    }
+
+    pub fn repository_index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
+        self.manager.index(ready_only)
+    }
+
+    pub async fn load_model(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
+        self.manager.load(name, config_override).await
+    }
+
+    pub async fn unload_model(&self, name: &str) -> Result<()> {
+        self.manager.unload(name).await
+    }
+}
+
+/// Parses a version from a URL or a gRPC field: empty means "latest".
+pub fn parse_version(version: &str) -> Result<Option<i64>> {
+    if version.is_empty() {
+        return Ok(None);
+    }
+    match version.parse::<i64>() {
+        Ok(v) if v > 0 => Ok(Some(v)),
+        Ok(_) => Err(Error::invalid(format!(
+            "failed to get model version from specified version string '{version}' (details: not positive), version should be an integral value > 0"
+        ))),
+        Err(e) => Err(Error::invalid(format!(
+            "failed to get model version from specified version string '{version}' (details: {e}), version should be an integral value > 0"
+        ))),
+    }
+}
