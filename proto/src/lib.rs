@@ -155,7 +155,7 @@ mod tests {
         assert_eq!(request.encode_to_vec(), [0x0a, 0x01, b'm']);
 
         let request = ModelInferRequest {
-            raw_input_contents: vec![vec![1, 2]],
+            raw_input_contents: vec![vec![1, 2].into()],
             ..Default::default()
         };
         // Field 7, wire type 2.

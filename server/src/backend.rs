@@ -48,7 +48,8 @@ pub trait ModelInstance: Send {
 pub trait Backend: Send + Sync {
     /// Reads the model file's inputs and outputs, for auto-complete and for
     /// checking the config against the file. `None` when there is no file.
-    fn signature(&self, config: &ModelConfig, version_dir: &Path) -> Result<Option<ModelSignature>>;
+    fn signature(&self, config: &ModelConfig, version_dir: &Path)
+    -> Result<Option<ModelSignature>>;
 
     /// Creates one instance. Called on the instance's own worker thread.
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>>;

@@ -70,9 +70,7 @@ impl DataType {
     /// Parses a wire name, naming the tensor in the error.
     pub fn parse_for(name: &str, tensor: &str) -> Result<DataType> {
         DataType::from_wire(name).ok_or_else(|| {
-            Error::invalid(format!(
-                "invalid datatype '{name}' for tensor '{tensor}'"
-            ))
+            Error::invalid(format!("invalid datatype '{name}' for tensor '{tensor}'"))
         })
     }
 

@@ -24,6 +24,7 @@ use tokio::net::TcpListener;
 
 use self::error::{HttpError, with_status};
 use crate::error::Error;
+use crate::in_flight::{InFlight, InFlightLayer};
 use crate::model_config::json as config_json;
 use crate::server::{InferenceServer, TensorMetadata, parse_version};
 
@@ -42,7 +43,11 @@ struct AppState {
 
 type HandlerResult = Result<Response, HttpError>;
 
-pub fn router(server: Arc<InferenceServer>, options: HttpOptions) -> Router {
+pub fn router(
+    server: Arc<InferenceServer>,
+    options: HttpOptions,
+    in_flight: Arc<InFlight>,
+) -> Router {
     let state = AppState { server, options };
     Router::new()
         .route("/v2", get(server_metadata))
@@ -51,9 +56,15 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions) -> Router {
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata))
         .route("/v2/models/{model}/ready", get(model_ready))
-        .route("/v2/models/{model}/versions/{version}/ready", get(model_ready))
+        .route(
+            "/v2/models/{model}/versions/{version}/ready",
+            get(model_ready),
+        )
         .route("/v2/models/{model}/config", get(model_config))
-        .route("/v2/models/{model}/versions/{version}/config", get(model_config))
+        .route(
+            "/v2/models/{model}/versions/{version}/config",
+            get(model_config),
+        )
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
         .route("/v2/repository/index", post(repository_index))
@@ -63,6 +74,8 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions) -> Router {
         // Bodies are limited here so that an oversized one is refused while
         // it streams in, never buffered whole.
         .layer(DefaultBodyLimit::max(options.max_input_size))
+        // Outermost, so a request counts until its response is fully sent.
+        .layer(InFlightLayer::new(in_flight))
         .with_state(state)
 }
 
@@ -72,20 +85,31 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 async fn live(State(s): State<AppState>) -> StatusCode {
-    if s.server.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST }
+    if s.server.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
 }
 
 async fn ready(State(s): State<AppState>) -> StatusCode {
-    if s.server.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST }
+    if s.server.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
 }
 
 async fn server_metadata(State(s): State<AppState>) -> Response {
     let m = s.server.metadata();
-    axum::Json(json!({ "name": m.name, "version": m.version, "extensions": m.extensions })).into_response()
+    axum::Json(json!({ "name": m.name, "version": m.version, "extensions": m.extensions }))
+        .into_response()
 }
 
 /// The model name and version string ("" when absent) from the path.
@@ -96,7 +120,10 @@ fn model_path(params: &HashMap<String, String>) -> (&str, &str) {
     )
 }
 
-async fn model_metadata(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+async fn model_metadata(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+) -> HandlerResult {
     let (model, version) = model_path(&p);
     let m = s.server.model_metadata(model, version)?;
     let tensors = |ts: &[TensorMetadata]| -> Vec<Value> {
@@ -114,13 +141,19 @@ async fn model_metadata(State(s): State<AppState>, Path(p): Path<HashMap<String,
     .into_response())
 }
 
-async fn model_ready(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+async fn model_ready(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+) -> HandlerResult {
     let (model, version) = model_path(&p);
     s.server.model_ready(model, version)?;
     Ok(StatusCode::OK.into_response())
 }
 
-async fn model_config(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+async fn model_config(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+) -> HandlerResult {
     let (model, version) = model_path(&p);
     let config = s.server.model_config(model, version)?;
     Ok(axum::Json(config_json::to_json(&config)).into_response())
@@ -141,15 +174,24 @@ async fn infer(
     let encoded = infer_codec::encode(&response, &decoded.binary_outputs);
 
     let mut reply = HeaderMap::new();
-    let content_type = if encoded.header_length.is_some() { "application/octet-stream" } else { "application/json" };
+    let content_type = if encoded.header_length.is_some() {
+        "application/octet-stream"
+    } else {
+        "application/json"
+    };
     reply.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Some(n) = encoded.header_length {
         reply.insert(infer_codec::HEADER_LENGTH, HeaderValue::from(n));
     }
-    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
+    let accept = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok());
     let body = match compression::accepted(accept) {
         Some(encoding) => {
-            reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
+            reply.insert(
+                header::CONTENT_ENCODING,
+                HeaderValue::from_static(encoding.as_str()),
+            );
             compression::compress(encoding, &encoded.body)
         }
         None => encoded.body,
@@ -158,7 +200,11 @@ async fn infer(
 }
 
 /// The request body, inflated if it was compressed, within the size limit.
-fn read_body(body: Result<Bytes, BytesRejection>, headers: &HeaderMap, limit: usize) -> Result<Bytes, HttpError> {
+fn read_body(
+    body: Result<Bytes, BytesRejection>,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, HttpError> {
     let body = body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -177,7 +223,9 @@ fn read_body(body: Result<Bytes, BytesRejection>, headers: &HeaderMap, limit: us
             message,
         ))
     })?;
-    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok());
     match compression::content_encoding(encoding)? {
         Some(encoding) => Ok(compression::decompress(encoding, &body, limit)?),
         None => Ok(body),
@@ -190,9 +238,11 @@ fn header_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, 
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("").trim();
-    let n: i64 = text
-        .parse()
-        .map_err(|_| Error::invalid(format!("Unable to parse Inference-Header-Content-Length, got: {text}")))?;
+    let n: i64 = text.parse().map_err(|_| {
+        Error::invalid(format!(
+            "Unable to parse Inference-Header-Content-Length, got: {text}"
+        ))
+    })?;
     if n < 0 || n as u64 > body_len as u64 {
         return Err(Error::invalid(format!(
             "inference header size should be in range (0, {body_len}), got: {n}"
@@ -201,7 +251,10 @@ fn header_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, 
     Ok(Some(n as usize))
 }
 
-async fn repository_index(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> HandlerResult {
+async fn repository_index(
+    State(s): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> HandlerResult {
     let body = body.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
     let ready_only = if body.iter().all(u8::is_ascii_whitespace) {
         false
@@ -211,7 +264,9 @@ async fn repository_index(State(s): State<AppState>, body: Result<Bytes, BytesRe
         match value.get("ready") {
             None => false,
             Some(Value::Bool(b)) => *b,
-            Some(_) => return Err(Error::invalid("Invalid value for 'ready': expected a boolean").into()),
+            Some(_) => {
+                return Err(Error::invalid("Invalid value for 'ready': expected a boolean").into());
+            }
         }
     };
     let rows: Vec<Value> = s
@@ -237,7 +292,9 @@ async fn repository_index(State(s): State<AppState>, body: Result<Bytes, BytesRe
 }
 
 /// The `parameters` object of a load or unload body, if any.
-fn body_parameters(body: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Error> {
+fn body_parameters(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<serde_json::Map<String, Value>, Error> {
     let body = body.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Default::default());
@@ -260,16 +317,25 @@ async fn load(
     for (key, value) in body_parameters(body)? {
         match (key.as_str(), value) {
             ("config", Value::String(text)) => {
-                let parsed = config_json::from_json(&text)
-                    .map_err(|e| Error::invalid(format!("Invalid config override: {}", e.message())))?;
+                let parsed = config_json::from_json(&text).map_err(|e| {
+                    Error::invalid(format!("Invalid config override: {}", e.message()))
+                })?;
                 config = Some(parsed);
             }
-            ("config", _) => return Err(Error::invalid("load parameter 'config' must be a JSON string").into()),
+            ("config", _) => {
+                return Err(Error::invalid("load parameter 'config' must be a JSON string").into());
+            }
             (k, _) if k.starts_with("file:") => {
-                return Err(Error::unsupported("model file overrides ('file:' load parameters) are not supported").into());
+                return Err(Error::unsupported(
+                    "model file overrides ('file:' load parameters) are not supported",
+                )
+                .into());
             }
             (k, v) => {
-                return Err(Error::invalid(format!("Unrecognized load parameter '{k}' with value {v}")).into());
+                return Err(Error::invalid(format!(
+                    "Unrecognized load parameter '{k}' with value {v}"
+                ))
+                .into());
             }
         }
     }
@@ -284,7 +350,10 @@ async fn unload(
 ) -> HandlerResult {
     for (key, value) in body_parameters(body)? {
         if key != "unload_dependents" || !value.is_boolean() {
-            return Err(Error::invalid(format!("Unrecognized unload parameter '{key}' with value {value}")).into());
+            return Err(Error::invalid(format!(
+                "Unrecognized unload parameter '{key}' with value {value}"
+            ))
+            .into());
         }
     }
     s.server.unload_model(&model).await?;

@@ -22,6 +22,7 @@
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
+//! in_flight                       counts requests so shutdown drains exactly them
 //! ```
 //!
 //! `main.rs` wires it: flags into options, the front ends onto their
@@ -32,6 +33,7 @@ pub mod datatype;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod in_flight;
 pub mod model;
 pub mod model_config;
 pub mod model_lifecycle;

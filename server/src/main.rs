@@ -9,6 +9,7 @@ use clap::Parser;
 use nereid_server::backend::onnx;
 use nereid_server::grpc::{self, GrpcOptions};
 use nereid_server::http::{self, HttpOptions};
+use nereid_server::in_flight::InFlight;
 use nereid_server::model_repository_manager::{ControlMode, ModelRepositoryManager};
 use nereid_server::repository::Repository;
 use nereid_server::server::InferenceServer;
@@ -21,7 +22,12 @@ use tracing_subscriber::EnvFilter;
 #[command(name = "nereid-server", version)]
 struct Args {
     /// A model repository folder (Triton's layout); may be given more than once.
-    #[arg(long = "model-repository", required = true, env = "NEREID_MODEL_REPOSITORY", value_delimiter = ',')]
+    #[arg(
+        long = "model-repository",
+        required = true,
+        env = "NEREID_MODEL_REPOSITORY",
+        value_delimiter = ','
+    )]
     model_repositories: Vec<PathBuf>,
 
     /// `none` loads every model at start-up; `explicit` only those named by
@@ -128,6 +134,7 @@ async fn run(args: Args) -> Result<()> {
         .context("failed to read the model repository")?;
 
     let shutdown = CancellationToken::new();
+    let in_flight = InFlight::new();
     let grpc_local = grpc_listener.local_addr()?;
     let grpc_task = tokio::spawn(grpc::serve(
         grpc_listener,
@@ -135,6 +142,7 @@ async fn run(args: Args) -> Result<()> {
         GrpcOptions {
             max_message_size: args.grpc.grpc_max_message_size,
         },
+        in_flight.clone(),
         shutdown.clone().cancelled_owned(),
     ));
     tracing::info!("Started GRPCInferenceService at {grpc_local}");
@@ -143,9 +151,14 @@ async fn run(args: Args) -> Result<()> {
         HttpOptions {
             max_input_size: args.http.http_max_input_size,
         },
+        in_flight.clone(),
     );
     let http_local = http_listener.local_addr()?;
-    let http_task = tokio::spawn(http::serve(http_listener, router, shutdown.clone().cancelled_owned()));
+    let http_task = tokio::spawn(http::serve(
+        http_listener,
+        router,
+        shutdown.clone().cancelled_owned(),
+    ));
     server.set_ready(true);
     tracing::info!("Started HTTPService at {http_local}");
 
@@ -153,9 +166,17 @@ async fn run(args: Args) -> Result<()> {
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     server.set_ready(false);
     shutdown.cancel();
-    let drained = tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), async {
+    // Done when the servers have closed every connection, or when no request
+    // is left in flight: idle keep-alive connections are not worth waiting for.
+    let servers_closed = async {
         let _ = http_task.await;
         let _ = grpc_task.await;
+    };
+    let drained = tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), async {
+        tokio::select! {
+            () = servers_closed => {}
+            () = in_flight.idle() => {}
+        }
     })
     .await;
     if drained.is_err() {

@@ -39,12 +39,22 @@ impl Model {
     ) -> Result<Model> {
         let mut labels = HashMap::new();
         let model_dir = version_dir.parent().unwrap_or(version_dir);
-        for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
+        for output in config
+            .output
+            .iter()
+            .filter(|o| !o.label_filename.is_empty())
+        {
             let path = model_dir.join(&output.label_filename);
             let text = std::fs::read_to_string(&path).map_err(|e| {
-                Error::invalid(format!("failed to read label file '{}': {e}", path.display()))
+                Error::invalid(format!(
+                    "failed to read label file '{}': {e}",
+                    path.display()
+                ))
             })?;
-            labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
+            labels.insert(
+                output.name.clone(),
+                text.lines().map(str::to_owned).collect(),
+            );
         }
         let placements = placements(&config)?;
         let scheduler = DefaultScheduler::start(
@@ -142,7 +152,11 @@ fn placements(config: &ModelConfig) -> Result<Vec<Placement>> {
         let count = group.count.max(1) as usize;
         match Kind::try_from(group.kind).unwrap_or(Kind::Auto) {
             Kind::Gpu => {
-                let gpus = if group.gpus.is_empty() { vec![0] } else { group.gpus.clone() };
+                let gpus = if group.gpus.is_empty() {
+                    vec![0]
+                } else {
+                    group.gpus.clone()
+                };
                 for gpu in gpus {
                     devices.extend(std::iter::repeat_n(Device::Gpu(gpu), count));
                 }

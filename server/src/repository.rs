@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nereid_proto::inference::{ModelConfig, ModelVersionPolicy, model_version_policy::PolicyChoice};
+use nereid_proto::inference::{
+    ModelConfig, ModelVersionPolicy, model_version_policy::PolicyChoice,
+};
 
 use crate::error::{Error, Result};
 use crate::model_config::text;
@@ -173,12 +175,25 @@ mod tests {
         let available = [1, 2, 5];
         assert_eq!(select_versions(None, &available).unwrap(), vec![5]);
         let latest2 = policy(PolicyChoice::Latest(Latest { num_versions: 2 }));
-        assert_eq!(select_versions(Some(&latest2), &available).unwrap(), vec![2, 5]);
+        assert_eq!(
+            select_versions(Some(&latest2), &available).unwrap(),
+            vec![2, 5]
+        );
         let all = policy(PolicyChoice::All(All {}));
-        assert_eq!(select_versions(Some(&all), &available).unwrap(), vec![1, 2, 5]);
-        let specific = policy(PolicyChoice::Specific(Specific { versions: vec![5, 1] }));
-        assert_eq!(select_versions(Some(&specific), &available).unwrap(), vec![1, 5]);
-        let partly = policy(PolicyChoice::Specific(Specific { versions: vec![3, 5] }));
+        assert_eq!(
+            select_versions(Some(&all), &available).unwrap(),
+            vec![1, 2, 5]
+        );
+        let specific = policy(PolicyChoice::Specific(Specific {
+            versions: vec![5, 1],
+        }));
+        assert_eq!(
+            select_versions(Some(&specific), &available).unwrap(),
+            vec![1, 5]
+        );
+        let partly = policy(PolicyChoice::Specific(Specific {
+            versions: vec![3, 5],
+        }));
         assert_eq!(select_versions(Some(&partly), &available).unwrap(), vec![5]);
         let missing = policy(PolicyChoice::Specific(Specific { versions: vec![3] }));
         assert!(select_versions(Some(&missing), &available).is_err());
@@ -195,7 +210,10 @@ mod tests {
         std::fs::create_dir_all(model.join("02")).unwrap();
         std::fs::write(model.join("config.pbtxt"), "name: \"m\" max_batch_size: 2").unwrap();
         let files = ModelFiles::read(&model).unwrap();
-        assert_eq!(files.versions.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(
+            files.versions.keys().copied().collect::<Vec<_>>(),
+            vec![1, 3]
+        );
         assert_eq!(files.config.unwrap().max_batch_size, 2);
         let repo = Repository::new(vec![root.clone()]);
         assert!(repo.scan().unwrap().contains_key("m"));

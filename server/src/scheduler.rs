@@ -99,9 +99,11 @@ impl DefaultScheduler {
                 return Err(Error::unavailable("model instances have stopped"));
             }
         }
-        response
-            .await
-            .unwrap_or_else(|_| Err(Error::internal("the model instance stopped before answering")))
+        response.await.unwrap_or_else(|_| {
+            Err(Error::internal(
+                "the model instance stopped before answering",
+            ))
+        })
     }
 }
 
@@ -119,8 +121,13 @@ fn worker(
         device: placement.device,
         intra_op_threads: placement.intra_op_threads,
     };
-    let created = std::panic::catch_unwind(AssertUnwindSafe(|| source.backend.create_instance(spec)))
-        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while creating an instance")));
+    let created =
+        std::panic::catch_unwind(AssertUnwindSafe(|| source.backend.create_instance(spec)))
+            .unwrap_or_else(|_| {
+                Err(Error::internal(
+                    "the backend panicked while creating an instance",
+                ))
+            });
     let mut instance: Box<dyn ModelInstance> = match created {
         Ok(instance) => instance,
         Err(e) => {
@@ -134,9 +141,16 @@ fn worker(
         if job.reply.is_closed() {
             continue;
         }
-        tracing::trace!(queue_us = job.enqueued_at.elapsed().as_micros() as u64, "executing");
+        tracing::trace!(
+            queue_us = job.enqueued_at.elapsed().as_micros() as u64,
+            "executing"
+        );
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(job.inputs)))
-            .unwrap_or_else(|_| Err(Error::internal("the model instance panicked while executing")));
+            .unwrap_or_else(|_| {
+                Err(Error::internal(
+                    "the model instance panicked while executing",
+                ))
+            });
         let _ = job.reply.send(result);
     }
 }

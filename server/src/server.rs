@@ -105,7 +105,11 @@ impl InferenceServer {
         let model = self.model(name, version)?;
         let config = model.config();
         let versions = if version.is_empty() {
-            self.manager.ready_versions(name).iter().map(i64::to_string).collect()
+            self.manager
+                .ready_versions(name)
+                .iter()
+                .map(i64::to_string)
+                .collect()
         } else {
             vec![model.version().to_string()]
         };
@@ -159,7 +163,9 @@ impl InferenceServer {
         if !self.is_ready() {
             return Err(Error::unavailable("Server not ready"));
         }
-        let model = self.manager.get(&request.model_name, request.model_version)?;
+        let model = self
+            .manager
+            .get(&request.model_name, request.model_version)?;
         model.infer(request).await
     }
 

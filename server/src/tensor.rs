@@ -138,7 +138,10 @@ mod tests {
     fn bytes_round_trip() {
         let data = serialize(&[b"", b"abc", "h\u{e9}llo".as_bytes(), &[0xff, 0x00]]);
         let back: Vec<&[u8]> = bytes_elements(&data).collect::<Result<_>>().unwrap();
-        assert_eq!(back, vec![&b""[..], b"abc", "h\u{e9}llo".as_bytes(), &[0xff, 0x00]]);
+        assert_eq!(
+            back,
+            vec![&b""[..], b"abc", "h\u{e9}llo".as_bytes(), &[0xff, 0x00]]
+        );
         assert_eq!(count_bytes_elements(&data).unwrap(), 4);
     }
 
@@ -159,9 +162,19 @@ mod tests {
         let t = Tensor::new("X", DataType::Int32, vec![2, 3], Bytes::from(vec![0u8; 16]));
         let err = t.check_data_size().unwrap_err();
         assert!(err.message().contains("'X'"), "{err}");
-        let t = Tensor::new("S", DataType::Bytes, vec![2], Bytes::from(serialize(&[b"a"])));
+        let t = Tensor::new(
+            "S",
+            DataType::Bytes,
+            vec![2],
+            Bytes::from(serialize(&[b"a"])),
+        );
         assert!(t.check_data_size().is_err());
-        let t = Tensor::new("S", DataType::Bytes, vec![1], Bytes::from(serialize(&[b"a"])));
+        let t = Tensor::new(
+            "S",
+            DataType::Bytes,
+            vec![1],
+            Bytes::from(serialize(&[b"a"])),
+        );
         t.check_data_size().unwrap();
     }
 

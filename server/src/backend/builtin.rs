@@ -46,22 +46,39 @@ impl Backend for IdentityBackend {
             .zip(&config.output)
             .map(|(i, o)| (i.name.clone(), o.name.clone()))
             .collect();
-        Ok(Box::new(Identity { pairs }))
+        // Triton's identity backend takes the same parameter; tests use it
+        // to hold a request in flight.
+        let delay = match crate::model_config::parameter(config, "execute_delay_ms") {
+            None => None,
+            Some(ms) => Some(std::time::Duration::from_millis(ms.parse().map_err(|_| {
+                Error::invalid(format!("parameter 'execute_delay_ms' must be a whole number of milliseconds, got '{ms}'"))
+            })?)),
+        };
+        Ok(Box::new(Identity { pairs, delay }))
     }
 }
 
 struct Identity {
     /// (input name, output name) by position.
     pairs: Vec<(String, String)>,
+    delay: Option<std::time::Duration>,
 }
 
 impl ModelInstance for Identity {
     fn execute(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if let Some(delay) = self.delay {
+            std::thread::sleep(delay);
+        }
         let mut outputs = Vec::with_capacity(self.pairs.len());
         for (input_name, output_name) in &self.pairs {
             // An optional input that was not sent yields no output.
             if let Some(t) = inputs.iter().find(|t| &t.name == input_name) {
-                outputs.push(Tensor::new(output_name.clone(), t.datatype, t.shape.clone(), t.data.clone()));
+                outputs.push(Tensor::new(
+                    output_name.clone(),
+                    t.datatype,
+                    t.shape.clone(),
+                    t.data.clone(),
+                ));
             }
         }
         Ok(outputs)
@@ -80,14 +97,22 @@ impl Backend for AddSubBackend {
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
         let config = spec.config;
         if config.input.len() != 2 || config.output.len() != 2 {
-            return Err(Error::invalid("add_sub model needs exactly two inputs and two outputs"));
+            return Err(Error::invalid(
+                "add_sub model needs exactly two inputs and two outputs",
+            ));
         }
         let datatype = DataType::from_config(config.input[0].data_type)
             .filter(|t| t.byte_size().is_some() && *t != DataType::Bool)
             .ok_or_else(|| Error::invalid("add_sub model needs a numeric data_type"))?;
-        let same = config.input.iter().map(|i| i.data_type).chain(config.output.iter().map(|o| o.data_type));
+        let same = config
+            .input
+            .iter()
+            .map(|i| i.data_type)
+            .chain(config.output.iter().map(|o| o.data_type));
         if same.clone().any(|t| t != datatype.to_config()) {
-            return Err(Error::invalid("add_sub model: all inputs and outputs must share one data_type"));
+            return Err(Error::invalid(
+                "add_sub model: all inputs and outputs must share one data_type",
+            ));
         }
         Ok(Box::new(AddSub {
             inputs: [config.input[0].name.clone(), config.input[1].name.clone()],
@@ -122,7 +147,12 @@ impl ModelInstance for AddSub {
         let (sum, difference) = add_sub(self.datatype, &a.data, &b.data)?;
         Ok(vec![
             Tensor::new(self.outputs[0].clone(), self.datatype, a.shape.clone(), sum),
-            Tensor::new(self.outputs[1].clone(), self.datatype, a.shape.clone(), difference),
+            Tensor::new(
+                self.outputs[1].clone(),
+                self.datatype,
+                a.shape.clone(),
+                difference,
+            ),
         ])
     }
 }
@@ -149,7 +179,8 @@ fn add_sub(datatype: DataType, a: &[u8], b: &[u8]) -> Result<(Bytes, Bytes)> {
     }
     macro_rules! float {
         ($t:ty) => {
-            apply!($t, size_of::<$t>(), |x: $t, y: $t| x + y, |x: $t, y: $t| x - y)
+            apply!($t, size_of::<$t>(), |x: $t, y: $t| x + y, |x: $t, y: $t| x
+                - y)
         };
     }
     Ok(match datatype {
@@ -166,7 +197,9 @@ fn add_sub(datatype: DataType, a: &[u8], b: &[u8]) -> Result<(Bytes, Bytes)> {
         DataType::Fp32 => float!(f32),
         DataType::Fp64 => float!(f64),
         DataType::Bool | DataType::Bytes => {
-            return Err(Error::unsupported(format!("add_sub does not support {datatype}")));
+            return Err(Error::unsupported(format!(
+                "add_sub does not support {datatype}"
+            )));
         }
     })
 }
@@ -187,7 +220,12 @@ mod tests {
     }
 
     fn ints(values: &[i32]) -> Bytes {
-        Bytes::from(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())
+        Bytes::from(
+            values
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>(),
+        )
     }
 
     #[test]
@@ -201,7 +239,12 @@ mod tests {
         let mut instance = AddSubBackend.create_instance(spec(&config)).unwrap();
         let out = instance
             .execute(vec![
-                Tensor::new("INPUT0", DataType::Int32, vec![1, 3], ints(&[1, 2, i32::MAX])),
+                Tensor::new(
+                    "INPUT0",
+                    DataType::Int32,
+                    vec![1, 3],
+                    ints(&[1, 2, i32::MAX]),
+                ),
                 Tensor::new("INPUT1", DataType::Int32, vec![1, 3], ints(&[10, 20, 1])),
             ])
             .unwrap();
@@ -233,9 +276,17 @@ mod tests {
         let mut instance = IdentityBackend.create_instance(spec(&config)).unwrap();
         let data = Bytes::from_static(&[1, 0, 0, 0, b'x']);
         let out = instance
-            .execute(vec![Tensor::new("IN", DataType::Bytes, vec![1], data.clone())])
+            .execute(vec![Tensor::new(
+                "IN",
+                DataType::Bytes,
+                vec![1],
+                data.clone(),
+            )])
             .unwrap();
-        assert_eq!(out, vec![Tensor::new("OUT", DataType::Bytes, vec![1], data)]);
+        assert_eq!(
+            out,
+            vec![Tensor::new("OUT", DataType::Bytes, vec![1], data)]
+        );
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use bytes::Bytes;
 use half::{bf16, f16};
 use nereid_proto::inference::ModelConfig;
-use ort::ep::ExecutionProviderDispatch;
 use ort::environment::Environment;
+use ort::ep::ExecutionProviderDispatch;
 use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
@@ -62,23 +62,47 @@ fn environment() -> Result<&'static Environment> {
 pub struct OnnxRuntimeBackend;
 
 impl Backend for OnnxRuntimeBackend {
-    fn signature(&self, config: &ModelConfig, version_dir: &Path) -> Result<Option<ModelSignature>> {
+    fn signature(
+        &self,
+        config: &ModelConfig,
+        version_dir: &Path,
+    ) -> Result<Option<ModelSignature>> {
         // Reading the signature needs a session; one thread keeps it cheap.
         let session = open(config, version_dir, Device::Cpu, 1)?;
         let tensor = |name: &str, value_type: &ValueType| TensorSignature {
             name: name.to_string(),
             datatype: value_type.tensor_type().and_then(to_datatype),
-            dims: value_type.tensor_shape().map(|s| s.to_vec()).unwrap_or_default(),
+            dims: value_type
+                .tensor_shape()
+                .map(|s| s.to_vec())
+                .unwrap_or_default(),
         };
         Ok(Some(ModelSignature {
-            inputs: session.inputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
-            outputs: session.outputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
+            inputs: session
+                .inputs()
+                .iter()
+                .map(|o| tensor(o.name(), o.dtype()))
+                .collect(),
+            outputs: session
+                .outputs()
+                .iter()
+                .map(|o| tensor(o.name(), o.dtype()))
+                .collect(),
         }))
     }
 
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
-        let session = open(spec.config, spec.version_dir, spec.device, spec.intra_op_threads)?;
-        let output_names = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        let session = open(
+            spec.config,
+            spec.version_dir,
+            spec.device,
+            spec.intra_op_threads,
+        )?;
+        let output_names = session
+            .outputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
         Ok(Box::new(OnnxInstance {
             session,
             output_names,
@@ -87,7 +111,12 @@ impl Backend for OnnxRuntimeBackend {
 }
 
 /// Creates a session for a version's model file with the config's settings.
-fn open(config: &ModelConfig, version_dir: &Path, device: Device, threads: usize) -> Result<Session> {
+fn open(
+    config: &ModelConfig,
+    version_dir: &Path,
+    device: Device,
+    threads: usize,
+) -> Result<Session> {
     let path = model_file(config, version_dir, "model.onnx");
     if !path.is_file() {
         return Err(Error::invalid(format!(
@@ -97,16 +126,19 @@ fn open(config: &ModelConfig, version_dir: &Path, device: Device, threads: usize
     }
     let ort_error = |e: ort::Error| Error::internal(format!("ONNX Runtime: {e}"));
     let mut builder: SessionBuilder = Session::builder(environment()?).map_err(ort_error)?;
+    let builder_error = |e: ort::Error<SessionBuilder>| ort_error(e.into());
     builder = builder
         .with_intra_threads(threads.max(1))
-        .and_then(|b| b.with_inter_threads(1))
-        .and_then(|b| b.with_optimization_level(GraphOptimizationLevel::All))
-        .map_err(|e| ort_error(e.into()))?;
+        .map_err(builder_error)?;
+    builder = builder.with_inter_threads(1).map_err(builder_error)?;
+    builder = builder
+        .with_optimization_level(GraphOptimizationLevel::All)
+        .map_err(builder_error)?;
     let providers = execution_providers(config, device);
     if !providers.is_empty() {
         builder = builder
             .with_execution_providers(providers)
-            .map_err(|e| ort_error(e.into()))?;
+            .map_err(builder_error)?;
     }
     builder.commit_from_file(&path).map_err(|e| {
         Error::invalid(format!(
@@ -127,12 +159,26 @@ fn execution_providers(config: &ModelConfig, device: Device) -> Vec<ExecutionPro
         .optimization
         .as_ref()
         .and_then(|o| o.execution_accelerators.as_ref())
-        .is_some_and(|a| a.gpu_execution_accelerator.iter().any(|acc| acc.name == "tensorrt"));
+        .is_some_and(|a| {
+            a.gpu_execution_accelerator
+                .iter()
+                .any(|acc| acc.name == "tensorrt")
+        });
     let mut providers = Vec::new();
     if wants_tensorrt {
-        providers.push(ort::ep::TensorRT::default().with_device_id(id).build().error_on_failure());
+        providers.push(
+            ort::ep::TensorRT::default()
+                .with_device_id(id)
+                .build()
+                .error_on_failure(),
+        );
     }
-    providers.push(ort::ep::CUDA::default().with_device_id(id).build().error_on_failure());
+    providers.push(
+        ort::ep::CUDA::default()
+            .with_device_id(id)
+            .build()
+            .error_on_failure(),
+    );
     providers
 }
 
@@ -173,9 +219,9 @@ impl ModelInstance for OnnxInstance {
             .map_err(|e| Error::internal(format!("ONNX Runtime failed to run: {e}")))?;
         let mut result = Vec::with_capacity(self.output_names.len());
         for name in &self.output_names {
-            let value = outputs
-                .get(name)
-                .ok_or_else(|| Error::internal(format!("ONNX Runtime returned no output '{name}'")))?;
+            let value = outputs.get(name).ok_or_else(|| {
+                Error::internal(format!("ONNX Runtime returned no output '{name}'"))
+            })?;
             result.push(from_ort(name, value)?);
         }
         Ok(result)
@@ -196,7 +242,9 @@ fn to_ort(t: &Tensor) -> Result<DynValue> {
     match t.datatype {
         DataType::Bool => {
             let data: Vec<bool> = t.data.iter().map(|b| *b != 0).collect();
-            OrtTensor::from_array((shape, data)).map(|v| v.into_dyn()).map_err(fail)
+            OrtTensor::from_array((shape, data))
+                .map(|v| v.into_dyn())
+                .map_err(fail)
         }
         DataType::Uint8 => pod!(u8),
         DataType::Uint16 => pod!(u16),
@@ -238,19 +286,30 @@ fn from_ort(name: &str, value: &DynValue) -> Result<Tensor> {
         .tensor_type()
         .ok_or_else(|| Error::internal(format!("output '{name}' is not a tensor")))?;
     let datatype = to_datatype(element).ok_or_else(|| {
-        Error::unsupported(format!("output '{name}' has element type {element:?}, which Triton cannot express"))
+        Error::unsupported(format!(
+            "output '{name}' has element type {element:?}, which Triton cannot express"
+        ))
     })?;
     let fail = |e: ort::Error| Error::internal(format!("output '{name}': {e}"));
     macro_rules! pod {
         ($ty:ty) => {{
             let (shape, data) = value.try_extract_tensor::<$ty>().map_err(fail)?;
-            (shape.to_vec(), Bytes::copy_from_slice(bytemuck::cast_slice(data)))
+            (
+                shape.to_vec(),
+                Bytes::copy_from_slice(bytemuck::cast_slice(data)),
+            )
         }};
     }
     let (shape, data) = match datatype {
         DataType::Bool => {
             let (shape, data) = value.try_extract_tensor::<bool>().map_err(fail)?;
-            (shape.to_vec(), data.iter().map(|b| u8::from(*b)).collect::<Vec<u8>>().into())
+            (
+                shape.to_vec(),
+                data.iter()
+                    .map(|b| u8::from(*b))
+                    .collect::<Vec<u8>>()
+                    .into(),
+            )
         }
         DataType::Uint8 => pod!(u8),
         DataType::Uint16 => pod!(u16),

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use nereid_proto::inference::{
-    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse, infer_parameter::ParameterChoice,
-    model_infer_response::InferOutputTensor,
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
+    infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
 };
 
 use crate::datatype::DataType;
@@ -62,7 +62,11 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
     }
     let mut outputs = Vec::with_capacity(message.outputs.len());
     for output in message.outputs {
-        let classification = match output.parameters.get("classification").and_then(|p| p.parameter_choice.as_ref()) {
+        let classification = match output
+            .parameters
+            .get("classification")
+            .and_then(|p| p.parameter_choice.as_ref())
+        {
             None => None,
             Some(ParameterChoice::Int64Param(k)) if *k > 0 => Some(*k as usize),
             Some(_) => {
@@ -102,15 +106,26 @@ fn parameters(map: &HashMap<String, InferParameter>) -> Parameters {
 }
 
 /// Serialises typed `contents` into the raw little-endian layout.
-fn from_contents(name: &str, model: &str, datatype: DataType, c: InferTensorContents) -> Result<Bytes> {
+fn from_contents(
+    name: &str,
+    model: &str,
+    datatype: DataType,
+    c: InferTensorContents,
+) -> Result<Bytes> {
     let mut out = Vec::new();
     let narrow = |what: &str| {
-        Error::invalid(format!("input '{name}' for model '{model}': a value does not fit in {what}"))
+        Error::invalid(format!(
+            "input '{name}' for model '{model}': a value does not fit in {what}"
+        ))
     };
     macro_rules! narrow {
         ($src:expr, $ty:ty) => {
             for v in $src {
-                out.extend_from_slice(&<$ty>::try_from(v).map_err(|_| narrow(stringify!($ty)))?.to_le_bytes());
+                out.extend_from_slice(
+                    &<$ty>::try_from(v)
+                        .map_err(|_| narrow(stringify!($ty)))?
+                        .to_le_bytes(),
+                );
             }
         };
     }
@@ -118,14 +133,32 @@ fn from_contents(name: &str, model: &str, datatype: DataType, c: InferTensorCont
         DataType::Bool => out.extend(c.bool_contents.iter().map(|b| u8::from(*b))),
         DataType::Int8 => narrow!(c.int_contents, i8),
         DataType::Int16 => narrow!(c.int_contents, i16),
-        DataType::Int32 => c.int_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DataType::Int64 => c.int64_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Int32 => c
+            .int_contents
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Int64 => c
+            .int64_contents
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         DataType::Uint8 => narrow!(c.uint_contents, u8),
         DataType::Uint16 => narrow!(c.uint_contents, u16),
-        DataType::Uint32 => c.uint_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DataType::Uint64 => c.uint64_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DataType::Fp32 => c.fp32_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        DataType::Fp64 => c.fp64_contents.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Uint32 => c
+            .uint_contents
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Uint64 => c
+            .uint64_contents
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Fp32 => c
+            .fp32_contents
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+        DataType::Fp64 => c
+            .fp64_contents
+            .iter()
+            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
         DataType::Bytes => {
             for element in &c.bytes_contents {
                 push_bytes_element(&mut out, element)?;
@@ -167,7 +200,12 @@ mod tests {
     use super::*;
     use nereid_proto::inference::model_infer_request::InferInputTensor;
 
-    fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
+    fn input(
+        name: &str,
+        datatype: &str,
+        shape: Vec<i64>,
+        contents: Option<InferTensorContents>,
+    ) -> InferInputTensor {
         InferInputTensor {
             name: name.into(),
             datatype: datatype.into(),
@@ -182,8 +220,24 @@ mod tests {
         let message = ModelInferRequest {
             model_name: "m".into(),
             inputs: vec![
-                input("A", "INT16", vec![2], Some(InferTensorContents { int_contents: vec![1, -2], ..Default::default() })),
-                input("S", "BYTES", vec![1], Some(InferTensorContents { bytes_contents: vec![b"hi".to_vec()], ..Default::default() })),
+                input(
+                    "A",
+                    "INT16",
+                    vec![2],
+                    Some(InferTensorContents {
+                        int_contents: vec![1, -2],
+                        ..Default::default()
+                    }),
+                ),
+                input(
+                    "S",
+                    "BYTES",
+                    vec![1],
+                    Some(InferTensorContents {
+                        bytes_contents: vec![b"hi".to_vec()],
+                        ..Default::default()
+                    }),
+                ),
             ],
             ..Default::default()
         };
@@ -197,15 +251,33 @@ mod tests {
     fn rejects_mixed_or_missing_data() {
         let mut message = ModelInferRequest {
             model_name: "m".into(),
-            inputs: vec![input("A", "INT32", vec![1], Some(InferTensorContents::default()))],
+            inputs: vec![input(
+                "A",
+                "INT32",
+                vec![1],
+                Some(InferTensorContents::default()),
+            )],
             raw_input_contents: vec![Bytes::from_static(&[0; 4])],
             ..Default::default()
         };
-        assert!(request(message.clone()).unwrap_err().message().contains("contents field must not be specified"));
+        assert!(
+            request(message.clone())
+                .unwrap_err()
+                .message()
+                .contains("contents field must not be specified")
+        );
         message.raw_input_contents.clear();
         message.inputs[0].contents = None;
-        assert!(request(message.clone()).unwrap_err().message().contains("unable to find data"));
-        message.inputs[0].contents = Some(InferTensorContents { int_contents: vec![300], ..Default::default() });
+        assert!(
+            request(message.clone())
+                .unwrap_err()
+                .message()
+                .contains("unable to find data")
+        );
+        message.inputs[0].contents = Some(InferTensorContents {
+            int_contents: vec![300],
+            ..Default::default()
+        });
         message.inputs[0].datatype = "INT8".into();
         assert!(request(message).unwrap_err().message().contains("'A'"));
     }

@@ -74,7 +74,12 @@ impl BinaryOutputs {
 
 /// Parses an infer body. `header_length` is the parsed
 /// `Inference-Header-Content-Length`, if the header was present.
-pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Option<usize>) -> Result<DecodedRequest> {
+pub fn decode(
+    model: &str,
+    version: Option<i64>,
+    body: Bytes,
+    header_length: Option<usize>,
+) -> Result<DecodedRequest> {
     let (json, mut binary) = match header_length {
         None => (body, Bytes::new()),
         Some(0) => {
@@ -93,7 +98,10 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
 
     let request_parameters = parameters(parsed.parameters.as_ref())?;
     let mut binary_outputs = BinaryOutputs {
-        default: request_parameters.get("binary_data_output").and_then(Parameter::as_bool).unwrap_or(false),
+        default: request_parameters
+            .get("binary_data_output")
+            .and_then(Parameter::as_bool)
+            .unwrap_or(false),
         listed: HashMap::new(),
     };
 
@@ -141,14 +149,17 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
                 binary.split_to(size)
             }
             (None, Some(data)) => {
-                let count = element_count(&input.shape).map_err(|e| e.context(format!("input '{}'", input.name)))?;
+                let count = element_count(&input.shape)
+                    .map_err(|e| e.context(format!("input '{}'", input.name)))?;
                 json_tensor::decode(&input.name, datatype, data, count)?
             }
         };
         inputs.push(Tensor::new(input.name, datatype, input.shape, data));
     }
     if !binary.is_empty() {
-        return Err(Error::invalid(format!("unexpected additional input data for model '{model}'")));
+        return Err(Error::invalid(format!(
+            "unexpected additional input data for model '{model}'"
+        )));
     }
 
     let mut outputs = Vec::new();
@@ -156,7 +167,10 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
         let output_parameters = parameters(output.parameters.as_ref())?;
         if let Some(binary) = output_parameters.get("binary_data") {
             let binary = binary.as_bool().ok_or_else(|| {
-                Error::invalid(format!("'binary_data' of output '{}' must be a boolean", output.name))
+                Error::invalid(format!(
+                    "'binary_data' of output '{}' must be a boolean",
+                    output.name
+                ))
             })?;
             binary_outputs.listed.insert(output.name.clone(), binary);
         } else {
@@ -164,12 +178,17 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
         }
         let classification = match output_parameters.get("classification") {
             None => None,
-            Some(p) => Some(p.as_i64().and_then(|k| usize::try_from(k).ok()).filter(|k| *k > 0).ok_or_else(|| {
-                Error::invalid(format!(
-                    "'classification' of output '{}' must be a positive integer",
-                    output.name
-                ))
-            })?),
+            Some(p) => Some(
+                p.as_i64()
+                    .and_then(|k| usize::try_from(k).ok())
+                    .filter(|k| *k > 0)
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "'classification' of output '{}' must be a positive integer",
+                            output.name
+                        ))
+                    })?,
+            ),
         };
         outputs.push(RequestedOutput {
             name: output.name,
@@ -230,7 +249,10 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
     for tensor in &response.outputs {
         let mut entry = Map::new();
         entry.insert("name".into(), Value::String(tensor.name.clone()));
-        entry.insert("datatype".into(), Value::String(tensor.datatype.as_wire().into()));
+        entry.insert(
+            "datatype".into(),
+            Value::String(tensor.datatype.as_wire().into()),
+        );
         entry.insert("shape".into(), Value::from(tensor.shape.clone()));
         if binary_outputs.is_binary(&tensor.name) {
             let mut parameters = Map::new();
@@ -240,7 +262,10 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
                 blobs.push(&tensor.data);
             }
         } else {
-            entry.insert("data".into(), json_tensor::encode(tensor.datatype, &tensor.data));
+            entry.insert(
+                "data".into(),
+                json_tensor::encode(tensor.datatype, &tensor.data),
+            );
         }
         outputs.push(Value::Object(entry));
     }
@@ -248,8 +273,14 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
     if !response.id.is_empty() {
         root.insert("id".into(), Value::String(response.id.clone()));
     }
-    root.insert("model_name".into(), Value::String(response.model_name.clone()));
-    root.insert("model_version".into(), Value::String(response.model_version.to_string()));
+    root.insert(
+        "model_name".into(),
+        Value::String(response.model_name.clone()),
+    );
+    root.insert(
+        "model_version".into(),
+        Value::String(response.model_version.to_string()),
+    );
     root.insert("outputs".into(), Value::Array(outputs));
     let json = serde_json::to_vec(&Value::Object(root)).expect("a JSON value serializes");
     if blobs.is_empty() {
@@ -301,18 +332,47 @@ mod tests {
         assert!(e.message().contains("expecting 4 additional bytes"), "{e}");
         let (body, len) = binary_body(json, &[0; 12]);
         let e = decode("m", None, body, len).unwrap_err();
-        assert!(e.message().contains("unexpected additional input data"), "{e}");
+        assert!(
+            e.message().contains("unexpected additional input data"),
+            "{e}"
+        );
     }
 
     #[test]
     fn rejects_malformed_requests() {
         let e = decode("m", None, Bytes::from_static(b"{not json"), None).unwrap_err();
-        assert!(e.message().starts_with("failed to parse the request JSON buffer"), "{e}");
-        let e = decode("m", None, Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT33","data":[1]}]}"#), None).unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("failed to parse the request JSON buffer"),
+            "{e}"
+        );
+        let e = decode(
+            "m",
+            None,
+            Bytes::from_static(
+                br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT33","data":[1]}]}"#,
+            ),
+            None,
+        )
+        .unwrap_err();
         assert!(e.message().contains("invalid datatype for input A"), "{e}");
-        let e = decode("m", None, Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32"}]}"#), None).unwrap_err();
+        let e = decode(
+            "m",
+            None,
+            Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32"}]}"#),
+            None,
+        )
+        .unwrap_err();
         assert!(e.message().contains("no field is set"), "{e}");
-        let e = decode("m", None, Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[-2],"datatype":"INT32","data":[]}]}"#), None).unwrap_err();
+        let e = decode(
+            "m",
+            None,
+            Bytes::from_static(
+                br#"{"inputs":[{"name":"A","shape":[-2],"datatype":"INT32","data":[]}]}"#,
+            ),
+            None,
+        )
+        .unwrap_err();
         assert!(e.message().contains("'A'"), "{e}");
     }
 
@@ -323,8 +383,18 @@ mod tests {
             model_version: 1,
             id: "x".into(),
             outputs: vec![
-                Tensor::new("A", DataType::Int32, vec![1], Bytes::from_static(&[5, 0, 0, 0])),
-                Tensor::new("B", DataType::Int32, vec![1], Bytes::from_static(&[6, 0, 0, 0])),
+                Tensor::new(
+                    "A",
+                    DataType::Int32,
+                    vec![1],
+                    Bytes::from_static(&[5, 0, 0, 0]),
+                ),
+                Tensor::new(
+                    "B",
+                    DataType::Int32,
+                    vec![1],
+                    Bytes::from_static(&[6, 0, 0, 0]),
+                ),
             ],
             parameters: Default::default(),
         };

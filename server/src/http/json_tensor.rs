@@ -106,7 +106,11 @@ pub fn encode(datatype: DataType, data: &[u8]) -> Value {
         ($ty:ty, $conv:expr) => {
             Value::Array(
                 data.chunks_exact(size_of::<$ty>())
-                    .map(|c| $conv(<$ty>::from_le_bytes(c.try_into().expect("chunk has the element size"))))
+                    .map(|c| {
+                        $conv(<$ty>::from_le_bytes(
+                            c.try_into().expect("chunk has the element size"),
+                        ))
+                    })
                     .collect(),
             )
         };
@@ -178,6 +182,10 @@ mod tests {
         let e = decode("X", DataType::Bool, &json!(["yes"]), 1).unwrap_err();
         assert!(e.message().contains("'X'"), "{e}");
         let e = decode("H", DataType::Fp16, &json!([1.0]), 1).unwrap_err();
-        assert!(e.message().contains("receiving FP16 data via JSON is not supported"), "{e}");
+        assert!(
+            e.message()
+                .contains("receiving FP16 data via JSON is not supported"),
+            "{e}"
+        );
     }
 }

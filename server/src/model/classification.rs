@@ -12,7 +12,12 @@ use crate::tensor::{Tensor, push_bytes_element};
 ///
 /// `batched` says whether the first dimension is the batch; `labels` are
 /// the lines of the output's `label_filename`, if it has one.
-pub fn classify(output: &Tensor, k: usize, batched: bool, labels: Option<&[String]>) -> Result<Tensor> {
+pub fn classify(
+    output: &Tensor,
+    k: usize,
+    batched: bool,
+    labels: Option<&[String]>,
+) -> Result<Tensor> {
     let values = to_f64(output)?;
     let (batch, shape_prefix) = if batched && !output.shape.is_empty() {
         let b = usize::try_from(output.shape[0]).unwrap_or(0);
@@ -20,7 +25,7 @@ pub fn classify(output: &Tensor, k: usize, batched: bool, labels: Option<&[Strin
     } else {
         (1, Vec::new())
     };
-    let per_entry = if batch == 0 { 0 } else { values.len() / batch };
+    let per_entry = values.len().checked_div(batch).unwrap_or(0);
     let k = k.min(per_entry);
     let mut data = Vec::new();
     for entry in 0..batch {
@@ -39,7 +44,12 @@ pub fn classify(output: &Tensor, k: usize, batched: bool, labels: Option<&[Strin
     }
     let mut shape = shape_prefix;
     shape.push(i64::try_from(k).unwrap_or(i64::MAX));
-    Ok(Tensor::new(output.name.clone(), DataType::Bytes, shape, Bytes::from(data)))
+    Ok(Tensor::new(
+        output.name.clone(),
+        DataType::Bytes,
+        shape,
+        Bytes::from(data),
+    ))
 }
 
 /// Floats print as C's `%f` (what Triton's `std::to_string` gives); integers as integers.
@@ -55,7 +65,11 @@ fn to_f64(t: &Tensor) -> Result<Vec<f64>> {
         ($ty:ty, $conv:expr) => {
             t.data
                 .chunks_exact(size_of::<$ty>())
-                .map(|c| $conv(<$ty>::from_le_bytes(c.try_into().expect("chunk has the element size"))))
+                .map(|c| {
+                    $conv(<$ty>::from_le_bytes(
+                        c.try_into().expect("chunk has the element size"),
+                    ))
+                })
                 .collect()
         };
     }
@@ -105,7 +119,12 @@ mod tests {
         assert_eq!(c.datatype, DataType::Bytes);
         assert_eq!(
             strings(&c),
-            vec!["0.700000:1:b", "0.200000:2:c", "0.900000:0:a", "0.050000:1:b"]
+            vec![
+                "0.700000:1:b",
+                "0.200000:2:c",
+                "0.900000:0:a",
+                "0.050000:1:b"
+            ]
         );
     }
 

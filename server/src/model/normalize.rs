@@ -27,7 +27,11 @@ pub struct Normalized {
 pub fn normalize(config: &ModelConfig, model: &str, request: InferRequest) -> Result<Normalized> {
     let prefix = format!(
         "[request id: {}] ",
-        if request.id.is_empty() { "<id_unknown>" } else { &request.id }
+        if request.id.is_empty() {
+            "<id_unknown>"
+        } else {
+            &request.id
+        }
     );
     let outputs = check_outputs(config, model, &prefix, request.outputs)?;
     check_input_names(config, model, &prefix, &request.inputs)?;
@@ -100,9 +104,9 @@ pub fn normalize(config: &ModelConfig, model: &str, request: InferRequest) -> Re
                 show_dims(&tensor.shape)
             )));
         }
-        tensor.check_data_size().map_err(|e| {
-            Error::invalid(format!("{prefix}{} for model '{model}'", e.message()))
-        })?;
+        tensor
+            .check_data_size()
+            .map_err(|e| Error::invalid(format!("{prefix}{} for model '{model}'", e.message())))?;
         if let Some(reshape) = &input.reshape {
             tensor.shape = reshaped(&tensor, batching, &reshape.shape)?;
         }
@@ -123,7 +127,11 @@ fn check_outputs(
     requested: Vec<RequestedOutput>,
 ) -> Result<Vec<RequestedOutput>> {
     if requested.is_empty() {
-        return Ok(config.output.iter().map(|o| RequestedOutput::named(&o.name)).collect());
+        return Ok(config
+            .output
+            .iter()
+            .map(|o| RequestedOutput::named(&o.name))
+            .collect());
     }
     let mut seen = HashSet::new();
     for output in &requested {
@@ -153,7 +161,12 @@ fn check_outputs(
     Ok(requested)
 }
 
-fn check_input_names(config: &ModelConfig, model: &str, prefix: &str, inputs: &[Tensor]) -> Result<()> {
+fn check_input_names(
+    config: &ModelConfig,
+    model: &str,
+    prefix: &str,
+    inputs: &[Tensor],
+) -> Result<()> {
     let mut seen = HashSet::new();
     for tensor in inputs {
         if !seen.insert(tensor.name.as_str()) {
@@ -175,17 +188,31 @@ fn check_input_names(config: &ModelConfig, model: &str, prefix: &str, inputs: &[
         .filter(|i| !i.optional)
         .map(|i| i.name.as_str())
         .collect();
-    let missing: Vec<&str> = required.iter().copied().filter(|n| !seen.contains(n)).collect();
+    let missing: Vec<&str> = required
+        .iter()
+        .copied()
+        .filter(|n| !seen.contains(n))
+        .collect();
     if !missing.is_empty() {
         let list = |names: &mut dyn Iterator<Item = &str>| {
-            format!("[{}]", names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(","))
+            format!(
+                "[{}]",
+                names
+                    .map(|n| format!("'{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
         };
         let got = list(&mut inputs.iter().map(|t| t.name.as_str()));
         let missing = list(&mut missing.into_iter());
         let expected = if required.len() == config.input.len() {
             format!("expected {} inputs", required.len())
         } else {
-            format!("expected number of inputs between {} and {}", required.len(), config.input.len())
+            format!(
+                "expected number of inputs between {} and {}",
+                required.len(),
+                config.input.len()
+            )
         };
         return Err(Error::invalid(format!(
             "{prefix}{expected} but got {} inputs for model '{model}'. Got input(s) {got}, but missing required input(s) {missing}. Please provide all required input(s).",
@@ -209,10 +236,14 @@ fn reshaped(tensor: &Tensor, batching: bool, shape: &[i64]) -> Result<Vec<i64>> 
         out.push(tensor.shape[0]);
         count /= usize::try_from(tensor.shape[0]).unwrap_or(1).max(1);
     }
-    let known: usize = shape.iter().filter(|d| **d > 0).map(|d| *d as usize).product();
+    let known: usize = shape
+        .iter()
+        .filter(|d| **d > 0)
+        .map(|d| *d as usize)
+        .product();
     for &d in shape {
         if d == -1 {
-            let rest = if known == 0 { 0 } else { count / known };
+            let rest = count.checked_div(known).unwrap_or(0);
             out.push(i64::try_from(rest).unwrap_or(i64::MAX));
         } else {
             out.push(d);
@@ -223,7 +254,13 @@ fn reshaped(tensor: &Tensor, batching: bool, shape: &[i64]) -> Result<Vec<i64>> 
 
 /// Triton's dims formatting: `[-1,16]`.
 fn show_dims(dims: &[i64]) -> String {
-    format!("[{}]", dims.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
+    format!(
+        "[{}]",
+        dims.iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    )
 }
 
 #[cfg(test)]
@@ -243,7 +280,12 @@ mod tests {
 
     fn int32(name: &str, shape: &[i64]) -> Tensor {
         let n = element_count(shape).unwrap();
-        Tensor::new(name, DataType::Int32, shape.to_vec(), Bytes::from(vec![0u8; n * 4]))
+        Tensor::new(
+            name,
+            DataType::Int32,
+            shape.to_vec(),
+            Bytes::from(vec![0u8; n * 4]),
+        )
     }
 
     fn request(inputs: Vec<Tensor>) -> InferRequest {
@@ -255,12 +297,20 @@ mod tests {
     }
 
     fn error(req: InferRequest) -> String {
-        normalize(&simple(), "simple", req).unwrap_err().message().to_string()
+        normalize(&simple(), "simple", req)
+            .unwrap_err()
+            .message()
+            .to_string()
     }
 
     #[test]
     fn accepts_a_valid_batch() {
-        let n = normalize(&simple(), "simple", request(vec![int32("INPUT0", &[3, 16]), int32("INPUT1", &[3, 16])])).unwrap();
+        let n = normalize(
+            &simple(),
+            "simple",
+            request(vec![int32("INPUT0", &[3, 16]), int32("INPUT1", &[3, 16])]),
+        )
+        .unwrap();
         assert_eq!(n.batch_size, 3);
         assert_eq!(n.outputs.len(), 2);
     }
@@ -272,20 +322,43 @@ mod tests {
             e,
             "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s)."
         );
-        let e = error(request(vec![int32("INPUT0", &[1, 16]), int32("INPUTX", &[1, 16])]));
+        let e = error(request(vec![
+            int32("INPUT0", &[1, 16]),
+            int32("INPUTX", &[1, 16]),
+        ]));
         assert_eq!(e, "unexpected inference input 'INPUTX' for model 'simple'");
-        let e = error(request(vec![int32("INPUT0", &[1, 16]), int32("INPUT0", &[1, 16])]));
-        assert!(e.ends_with("input 'INPUT0' already exists in request"), "{e}");
-        let e = error(request(vec![int32("INPUT0", &[1, 15]), int32("INPUT1", &[1, 16])]));
+        let e = error(request(vec![
+            int32("INPUT0", &[1, 16]),
+            int32("INPUT0", &[1, 16]),
+        ]));
+        assert!(
+            e.ends_with("input 'INPUT0' already exists in request"),
+            "{e}"
+        );
+        let e = error(request(vec![
+            int32("INPUT0", &[1, 15]),
+            int32("INPUT1", &[1, 16]),
+        ]));
         assert!(e.contains("unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]."), "{e}");
-        let e = error(request(vec![int32("INPUT0", &[9, 16]), int32("INPUT1", &[9, 16])]));
+        let e = error(request(vec![
+            int32("INPUT0", &[9, 16]),
+            int32("INPUT1", &[9, 16]),
+        ]));
         assert!(e.contains("batch-size must be <= 8"), "{e}");
-        let e = error(request(vec![int32("INPUT0", &[1, 16]), int32("INPUT1", &[2, 16])]));
+        let e = error(request(vec![
+            int32("INPUT0", &[1, 16]),
+            int32("INPUT1", &[2, 16]),
+        ]));
         assert!(e.contains("batch size does not match"), "{e}");
         let mut wrong_type = int32("INPUT1", &[1, 16]);
         wrong_type.datatype = DataType::Fp32;
         let e = error(request(vec![int32("INPUT0", &[1, 16]), wrong_type]));
-        assert!(e.contains("inference input 'INPUT1' data-type is 'FP32', but model 'simple' expects 'INT32'"), "{e}");
+        assert!(
+            e.contains(
+                "inference input 'INPUT1' data-type is 'FP32', but model 'simple' expects 'INT32'"
+            ),
+            "{e}"
+        );
         let mut short = int32("INPUT1", &[1, 16]);
         short.data = short.data.slice(4..);
         let e = error(request(vec![int32("INPUT0", &[1, 16]), short]));
@@ -296,10 +369,19 @@ mod tests {
     fn checks_requested_outputs() {
         let mut req = request(vec![int32("INPUT0", &[1, 16]), int32("INPUT1", &[1, 16])]);
         req.id = "r1".into();
-        req.outputs = vec![RequestedOutput::named("OUTPUT1"), RequestedOutput::named("OUTPUT1")];
-        assert_eq!(error(req.clone()), "[request id: r1] output 'OUTPUT1' already exists in request");
+        req.outputs = vec![
+            RequestedOutput::named("OUTPUT1"),
+            RequestedOutput::named("OUTPUT1"),
+        ];
+        assert_eq!(
+            error(req.clone()),
+            "[request id: r1] output 'OUTPUT1' already exists in request"
+        );
         req.outputs = vec![RequestedOutput::named("NOPE")];
-        assert_eq!(error(req.clone()), "unexpected inference output 'NOPE' for model 'simple'");
+        assert_eq!(
+            error(req.clone()),
+            "unexpected inference output 'NOPE' for model 'simple'"
+        );
         req.outputs = vec![RequestedOutput::named("OUTPUT1")];
         let n = normalize(&simple(), "simple", req).unwrap();
         assert_eq!(n.outputs, vec![RequestedOutput::named("OUTPUT1")]);

@@ -9,7 +9,9 @@
 //! [`DEFAULT_MAX_BATCH_SIZE`] (with `dynamic_batching {}` when it is above 1)
 //! and the first dimension becomes the batch dimension.
 
-use nereid_proto::inference::{ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput, model_config};
+use nereid_proto::inference::{
+    ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput, model_config,
+};
 
 use super::{DEFAULT_MAX_BATCH_SIZE, model_dims};
 use crate::datatype::DataType;
@@ -113,14 +115,25 @@ pub fn complete(config: &mut ModelConfig, signature: &ModelSignature) -> Result<
 pub fn check_against(config: &ModelConfig, signature: &ModelSignature) -> Result<()> {
     let batch = config.max_batch_size > 0;
     for input in &config.input {
-        let t = signature.inputs.iter().find(|t| t.name == input.name).ok_or_else(|| {
-            Error::invalid(format!(
-                "unexpected inference input '{}', allowed inputs are: {}",
-                input.name,
-                names(&signature.inputs)
-            ))
-        })?;
-        check_tensor("input", &input.name, input.data_type, model_dims(input), t, batch)?;
+        let t = signature
+            .inputs
+            .iter()
+            .find(|t| t.name == input.name)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unexpected inference input '{}', allowed inputs are: {}",
+                    input.name,
+                    names(&signature.inputs)
+                ))
+            })?;
+        check_tensor(
+            "input",
+            &input.name,
+            input.data_type,
+            model_dims(input),
+            t,
+            batch,
+        )?;
     }
     for t in &signature.inputs {
         if !config.input.iter().any(|i| i.name == t.name) {
@@ -131,14 +144,21 @@ pub fn check_against(config: &ModelConfig, signature: &ModelSignature) -> Result
         }
     }
     for output in &config.output {
-        let t = signature.outputs.iter().find(|t| t.name == output.name).ok_or_else(|| {
-            Error::invalid(format!(
-                "unexpected inference output '{}', allowed outputs are: {}",
-                output.name,
-                names(&signature.outputs)
-            ))
-        })?;
-        let dims = output.reshape.as_ref().map_or(output.dims.as_slice(), |r| r.shape.as_slice());
+        let t = signature
+            .outputs
+            .iter()
+            .find(|t| t.name == output.name)
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "unexpected inference output '{}', allowed outputs are: {}",
+                    output.name,
+                    names(&signature.outputs)
+                ))
+            })?;
+        let dims = output
+            .reshape
+            .as_ref()
+            .map_or(output.dims.as_slice(), |r| r.shape.as_slice());
         check_tensor("output", &output.name, output.data_type, dims, t, batch)?;
     }
     Ok(())
@@ -154,7 +174,11 @@ fn check_tensor(
 ) -> Result<()> {
     let config_type = DataType::from_config(data_type);
     if config_type != model.datatype {
-        let show = |t: Option<DataType>| t.map_or("unsupported".to_string(), |t| format!("TYPE_{}", config_name(t)));
+        let show = |t: Option<DataType>| {
+            t.map_or("unsupported".to_string(), |t| {
+                format!("TYPE_{}", config_name(t))
+            })
+        };
         return Err(Error::invalid(format!(
             "unexpected datatype {} for {what} '{name}', model provides {}",
             show(config_type),
@@ -176,7 +200,11 @@ fn check_tensor(
             "{what} '{name}' has shape {:?} in the model file but the configuration implies {:?} (max_batch_size {})",
             model.dims,
             expected,
-            if batch { "> 0 adds a batch dimension" } else { "0" }
+            if batch {
+                "> 0 adds a batch dimension"
+            } else {
+                "0"
+            }
         )));
     }
     Ok(())
@@ -191,7 +219,11 @@ fn config_name(t: DataType) -> &'static str {
 }
 
 fn names(tensors: &[TensorSignature]) -> String {
-    tensors.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+    tensors
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -287,7 +319,10 @@ mod tests {
         let mut wrong_type = config.clone();
         wrong_type.input[0].data_type = DataType::Int32.to_config();
         let err = check_against(&wrong_type, &mlp()).unwrap_err();
-        assert!(err.message().contains("TYPE_INT32") && err.message().contains("'X'"), "{err}");
+        assert!(
+            err.message().contains("TYPE_INT32") && err.message().contains("'X'"),
+            "{err}"
+        );
 
         let mut wrong_dims = config.clone();
         wrong_dims.input[0].dims = vec![128];

@@ -121,10 +121,7 @@ version_policy: { latest { num_versions: 2 } }
         assert_eq!(config.output[0].label_filename, "labels[1].txt");
         assert_eq!(config.instance_group[0].count, 2);
         assert_eq!(config.instance_group[0].kind, Kind::Cpu as i32);
-        assert_eq!(
-            config.parameters["intra_op_thread_count"].string_value,
-            "1"
-        );
+        assert_eq!(config.parameters["intra_op_thread_count"].string_value, "1");
     }
 
     #[test]

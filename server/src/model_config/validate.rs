@@ -16,10 +16,14 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
         )));
     }
     if config.input.is_empty() {
-        return Err(Error::invalid("model configuration must contain at least one input"));
+        return Err(Error::invalid(
+            "model configuration must contain at least one input",
+        ));
     }
     if config.output.is_empty() {
-        return Err(Error::invalid("model configuration must contain at least one output"));
+        return Err(Error::invalid(
+            "model configuration must contain at least one output",
+        ));
     }
     let mut seen = HashSet::new();
     for input in &config.input {
@@ -29,7 +33,9 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
             return Err(Error::invalid(format!("{what} appears more than once")));
         }
         if input_datatype(input).is_none() {
-            return Err(Error::invalid(format!("{what} must specify a valid data_type")));
+            return Err(Error::invalid(format!(
+                "{what} must specify a valid data_type"
+            )));
         }
         check_dims(&what, &input.dims)?;
         if let Some(reshape) = &input.reshape {
@@ -43,7 +49,9 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
             return Err(Error::invalid(format!("{what} appears more than once")));
         }
         if output_datatype(output).is_none() {
-            return Err(Error::invalid(format!("{what} must specify a valid data_type")));
+            return Err(Error::invalid(format!(
+                "{what} must specify a valid data_type"
+            )));
         }
         check_dims(&what, &output.dims)?;
         if let Some(reshape) = &output.reshape {
@@ -69,7 +77,9 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
 
 fn check_name(name: &str, what: &str) -> Result<()> {
     if name.is_empty() {
-        return Err(Error::invalid(format!("an {what} in the model configuration has no name")));
+        return Err(Error::invalid(format!(
+            "an {what} in the model configuration has no name"
+        )));
     }
     Ok(())
 }
@@ -117,12 +127,30 @@ mod tests {
     #[test]
     fn rejects_bad_configs_with_the_field_named() {
         let cases = [
-            (r#"max_batch_size: -1 input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#, "max_batch_size"),
-            (r#"output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#, "at least one input"),
-            (r#"input [ { name: "A" dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#, "input 'A'"),
-            (r#"input [ { name: "A" data_type: TYPE_INT32 dims: [0] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#, "input 'A'"),
-            (r#"input [ { name: "A" data_type: TYPE_INT32 dims: [1] }, { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#, "more than once"),
-            (r#"input [ { name: "A" data_type: TYPE_INT32 dims: [4] reshape: { shape: [3] } } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#, "reshape"),
+            (
+                r#"max_batch_size: -1 input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#,
+                "max_batch_size",
+            ),
+            (
+                r#"output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#,
+                "at least one input",
+            ),
+            (
+                r#"input [ { name: "A" dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#,
+                "input 'A'",
+            ),
+            (
+                r#"input [ { name: "A" data_type: TYPE_INT32 dims: [0] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#,
+                "input 'A'",
+            ),
+            (
+                r#"input [ { name: "A" data_type: TYPE_INT32 dims: [1] }, { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#,
+                "more than once",
+            ),
+            (
+                r#"input [ { name: "A" data_type: TYPE_INT32 dims: [4] reshape: { shape: [3] } } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#,
+                "reshape",
+            ),
         ];
         for (text, needle) in cases {
             let err = validate(&parse(text).unwrap()).unwrap_err();

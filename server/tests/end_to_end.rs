@@ -1,0 +1,412 @@
+//! The real binary on 127.0.0.1:0, driven over HTTP and gRPC.
+
+mod support;
+
+use std::path::Path;
+
+use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use nereid_proto::inference::model_infer_request::InferInputTensor;
+use nereid_proto::inference::{InferTensorContents, ModelInferRequest, RepositoryIndexRequest};
+use serde_json::{Value, json};
+use support::{TestServer, repo_root, scratch};
+
+fn ints(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn write_model(repo: &Path, name: &str, config: &str) {
+    std::fs::create_dir_all(repo.join(name).join("1")).unwrap();
+    std::fs::write(repo.join(name).join("config.pbtxt"), config).unwrap();
+}
+
+const ADD_SUB: &str = r#"
+backend: "add_sub"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 4 ] } ]
+"#;
+
+#[tokio::test]
+async fn simple_over_http_and_grpc() {
+    let server = TestServer::start(&repo_root().join("examples/models"), &[]);
+    let http = reqwest::Client::new();
+
+    let meta: Value = http
+        .get(format!("{}/v2", server.http))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(meta["name"], "nereid");
+    assert!(
+        meta["extensions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("binary_tensor_data"))
+    );
+    let ready = http
+        .get(format!("{}/v2/health/ready", server.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+
+    let a: Vec<i32> = (0..16).collect();
+    let body = json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": vec![1; 16]},
+        ]
+    });
+    let reply: Value = http
+        .post(format!("{}/v2/models/simple/infer", server.http))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let outputs = reply["outputs"].as_array().unwrap();
+    let by_name = |name: &str| outputs.iter().find(|o| o["name"] == name).unwrap().clone();
+    assert_eq!(
+        by_name("OUTPUT0")["data"],
+        json!((1..17).collect::<Vec<i32>>())
+    );
+    assert_eq!(
+        by_name("OUTPUT1")["data"],
+        json!((-1..15).collect::<Vec<i32>>())
+    );
+    assert_eq!(by_name("OUTPUT0")["shape"], json!([1, 16]));
+
+    // A bad request gets its error, and the next good one still succeeds.
+    let bad =
+        json!({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a}]});
+    let response = http
+        .post(format!("{}/v2/models/simple/infer", server.http))
+        .json(&bad)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap()
+            .contains("missing required input(s) ['INPUT1']"),
+        "{error}"
+    );
+
+    let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let raw = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let tensor = |name: &str| InferInputTensor {
+        name: name.into(),
+        datatype: "INT32".into(),
+        shape: vec![2, 16],
+        ..Default::default()
+    };
+    let a2: Vec<i32> = (0..32).collect();
+    let b2: Vec<i32> = vec![10; 32];
+    let response = grpc
+        .model_infer(ModelInferRequest {
+            model_name: "simple".into(),
+            id: "grpc-1".into(),
+            inputs: vec![tensor("INPUT0"), tensor("INPUT1")],
+            raw_input_contents: vec![raw(&a2).into(), raw(&b2).into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.id, "grpc-1");
+    assert_eq!(response.model_version, "1");
+    assert_eq!(response.outputs[0].name, "OUTPUT0");
+    assert_eq!(response.outputs[0].shape, vec![2, 16]);
+    assert_eq!(
+        ints(&response.raw_output_contents[0]),
+        a2.iter().map(|x| x + 10).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        ints(&response.raw_output_contents[1]),
+        a2.iter().map(|x| x - 10).collect::<Vec<_>>()
+    );
+
+    let status = grpc
+        .model_infer(ModelInferRequest {
+            model_name: "nope".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::NotFound);
+    assert!(status.message().starts_with("Request for unknown model"));
+
+    // Typed contents for BYTES through the identity backend.
+    let response = grpc
+        .model_infer(ModelInferRequest {
+            model_name: "identity_bytes".into(),
+            inputs: vec![InferInputTensor {
+                name: "INPUT0".into(),
+                datatype: "BYTES".into(),
+                shape: vec![1, 2],
+                contents: Some(InferTensorContents {
+                    bytes_contents: vec![b"".to_vec(), b"n\xc3\xa9reid".to_vec()],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        &response.raw_output_contents[0][..],
+        b"\0\0\0\0\x07\0\0\0n\xc3\xa9reid"
+    );
+
+    assert!(server.terminate().success());
+}
+
+#[tokio::test]
+async fn repository_api_loads_overrides_and_unloads() {
+    let repo = scratch("repository-api");
+    write_model(&repo, "add_sub", ADD_SUB);
+    let server = TestServer::start(&repo, &["--model-control-mode", "explicit"]);
+    let http = reqwest::Client::new();
+    let index = |ready: bool| {
+        let http = http.clone();
+        let url = format!("{}/v2/repository/index", server.http);
+        async move {
+            http.post(url)
+                .json(&json!({"ready": ready}))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(index(false).await, json!([{"name": "add_sub"}]));
+    assert_eq!(index(true).await, json!([]));
+
+    let load = http
+        .post(format!("{}/v2/repository/models/add_sub/load", server.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(load.status(), 200);
+    assert_eq!(
+        index(true).await,
+        json!([{"name": "add_sub", "version": "1", "state": "READY"}])
+    );
+
+    // Reload with a config override; /config shows it.
+    let mut config: Value = http
+        .get(format!("{}/v2/models/add_sub/config", server.http))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["max_batch_size"], 8);
+    config["max_batch_size"] = json!(2);
+    let load = http
+        .post(format!("{}/v2/repository/models/add_sub/load", server.http))
+        .json(&json!({"parameters": {"config": config.to_string()}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(load.status(), 200, "{}", load.text().await.unwrap());
+    let config: Value = http
+        .get(format!("{}/v2/models/add_sub/config", server.http))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["max_batch_size"], 2);
+
+    // The gRPC index agrees.
+    let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let models = grpc
+        .repository_index(RepositoryIndexRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .models;
+    assert_eq!(models[0].state, "READY");
+
+    let unload = http
+        .post(format!(
+            "{}/v2/repository/models/add_sub/unload",
+            server.http
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unload.status(), 200);
+    assert_eq!(
+        index(false).await,
+        json!([{"name": "add_sub", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}])
+    );
+    let ready = http
+        .get(format!("{}/v2/models/add_sub/ready", server.http))
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(ready.status(), 200);
+    assert!(server.terminate().success());
+}
+
+#[tokio::test]
+async fn broken_models_are_unavailable_and_the_rest_serve() {
+    let repo = scratch("broken-models");
+    write_model(&repo, "good", ADD_SUB);
+    write_model(&repo, "syntax", "name: \"syntax\"\ninput [ { name: ");
+    write_model(&repo, "unknown_backend", "backend: \"tensorflow\"");
+    let server = TestServer::start(&repo, &[]);
+    let http = reqwest::Client::new();
+    let index: Value = http
+        .post(format!("{}/v2/repository/index", server.http))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let row = |name: &str| {
+        index
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(row("good")["state"], "READY");
+    assert_eq!(row("syntax")["state"], "UNAVAILABLE");
+    assert!(
+        row("syntax")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("config.pbtxt"),
+        "{index}"
+    );
+    assert_eq!(row("unknown_backend")["state"], "UNAVAILABLE");
+    assert!(
+        row("unknown_backend")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("tensorflow"),
+        "{index}"
+    );
+
+    let body = json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 4], "datatype": "INT32", "data": [1, 2, 3, 4]},
+            {"name": "INPUT1", "shape": [1, 4], "datatype": "INT32", "data": [1, 1, 1, 1]},
+        ],
+        "outputs": [{"name": "OUTPUT1"}]
+    });
+    let reply: Value = http
+        .post(format!("{}/v2/models/good/infer", server.http))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply["outputs"].as_array().unwrap().len(), 1);
+    assert_eq!(reply["outputs"][0]["data"], json!([0, 1, 2, 3]));
+    let response = http
+        .post(format!("{}/v2/models/syntax/infer", server.http))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert!(server.terminate().success());
+}
+
+#[tokio::test]
+async fn model_without_config_is_completed_from_the_onnx_file() {
+    let repo = scratch("autocomplete");
+    std::fs::create_dir_all(repo.join("auto/1")).unwrap();
+    std::fs::copy(
+        repo_root().join("examples/models/simple/1/model.onnx"),
+        repo.join("auto/1/model.onnx"),
+    )
+    .unwrap();
+    let server = TestServer::start(&repo, &[]);
+    let config: Value = reqwest::get(format!("{}/v2/models/auto/config", server.http))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["name"], "auto", "{}", server.log());
+    assert_eq!(config["backend"], "onnxruntime");
+    assert_eq!(config["max_batch_size"], 4);
+    assert_eq!(config["input"][0]["name"], "INPUT0");
+    assert_eq!(config["input"][0]["data_type"], "TYPE_INT32");
+    assert_eq!(config["input"][0]["dims"], json!([16]));
+    assert_eq!(
+        config["dynamic_batching"]["preferred_batch_size"],
+        json!([4])
+    );
+    assert!(server.terminate().success());
+}
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_requests_finish() {
+    let repo = scratch("shutdown");
+    write_model(
+        &repo,
+        "slow",
+        r#"backend: "identity"
+           max_batch_size: 4
+           input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+           output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+           parameters { key: "execute_delay_ms" value: { string_value: "1500" } }"#,
+    );
+    let server = TestServer::start(&repo, &[]);
+    let url = format!("{}/v2/models/slow/infer", server.http);
+    let body = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.5, -2.0]}]});
+    let request =
+        tokio::spawn(async move { reqwest::Client::new().post(url).json(&body).send().await });
+    // Let the request reach the instance, then ask the server to stop.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let http = server.http.clone();
+    let status = tokio::task::spawn_blocking(move || server.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let response = request
+        .await
+        .unwrap()
+        .expect("the in-flight request got its answer");
+    assert_eq!(response.status(), 200);
+    let reply: Value = response.json().await.unwrap();
+    assert_eq!(reply["outputs"][0]["data"], json!([1.5, -2.0]));
+    // And the server is gone.
+    assert!(
+        reqwest::get(format!("{http}/v2/health/live"))
+            .await
+            .is_err()
+    );
+}
