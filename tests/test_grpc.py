@@ -311,3 +311,18 @@ def test_error_truncated_bytes_element(raw_stub, grpc_client):
         raw_stub.ModelInfer(req, timeout=T)
     assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     _assert_simple_ok(grpc_client)
+
+
+def test_grpc_classification_top_k(grpc_client):
+    import tritonclient.grpc as grpcclient
+
+    a = np.array([[5, 1, 9, 3] * 4], dtype=np.int32)
+    b = np.zeros((1, 16), dtype=np.int32)
+    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    outputs = [grpcclient.InferRequestedOutput("OUTPUT1", class_count=2)]
+    result = grpc_client.infer("simple", inputs, outputs=outputs)
+    classes = [c.decode() for c in result.as_numpy("OUTPUT1").reshape(-1)]
+    # Highest value first; ties keep the lower index first.
+    assert classes == ["9:2", "9:6"]

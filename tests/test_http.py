@@ -361,3 +361,52 @@ def test_tritonclient_error_unknown_model(http_client):
     assert "Request for unknown model" in exc.value.message()
     np.testing.assert_array_equal(_identity(http_client, "identity", x, "FP32"), x)
 
+
+
+# --------------------------------------------------------------------------
+# Classification extension and compression
+# --------------------------------------------------------------------------
+
+
+def _simple_client_inputs(a: np.ndarray, b: np.ndarray, binary: bool = True):
+    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "INT32"), httpclient.InferInput("INPUT1", list(b.shape), "INT32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    return inputs
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+def test_classification_top_k(http_client, binary):
+    a, b = simple_inputs(2, seed=5)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary, class_count=3)]
+    result = http_client.infer("simple", _simple_client_inputs(a, b), outputs=outputs)
+    classes = result.as_numpy("OUTPUT0")
+    assert classes.shape == (2, 3)
+    total = a + b
+    for row in range(2):
+        expected = np.argsort(-total[row], kind="stable")[:3]
+        got = [c.decode() if isinstance(c, bytes) else c for c in classes[row]]
+        assert [int(c.split(":")[1]) for c in got] == list(expected)
+        assert [int(c.split(":")[0]) for c in got] == list(total[row][expected])
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_request_and_response(http_client, algorithm):
+    a, b = simple_inputs(3, seed=9)
+    result = http_client.infer(
+        "simple",
+        _simple_client_inputs(a, b),
+        request_compression_algorithm=algorithm,
+        response_compression_algorithm=algorithm,
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def test_response_is_compressed_when_asked(server):
+    a, b = simple_inputs(1, seed=2)
+    resp = post_infer(server, "simple", simple_json_request(a, b), {"Accept-Encoding": "gzip"})
+    assert resp.status_code == 200, resp.text
+    assert resp.headers.get("Content-Encoding") == "gzip"
+    header, outputs = parse_infer_response(resp)
+    np.testing.assert_array_equal(np.asarray(outputs["OUTPUT0"]).reshape(a.shape), a + b)

@@ -165,8 +165,10 @@ async fn infer(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> HandlerResult {
-    let (model, version) = model_path(&p);
-    let version = parse_version(version)?;
+    let (model, version_text) = model_path(&p);
+    let version = parse_version(version_text)?;
+    // As in Triton, an unknown model is reported before the body is decoded.
+    s.server.model(model, version_text)?;
     let body = read_body(body, &headers, s.options.max_input_size)?;
     let header_length = header_length(&headers, body.len())?;
     let decoded = infer_codec::decode(model, version, body, header_length)?;
