@@ -92,7 +92,6 @@ impl Model {
     #[tracing::instrument(skip_all, fields(model = %self.name, version = self.version, request_id = %request.id))]
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
         let id = request.id.clone();
-        let parameters = request.parameters.clone();
         let normalized = normalize::normalize(&self.config, &self.name, request)?;
         let produced = self.scheduler.execute(normalized.inputs).await?;
         let batching = self.config.max_batch_size > 0;
@@ -115,8 +114,6 @@ impl Model {
                 None => tensor,
             });
         }
-        // Only echo parameters the client can make sense of; none are set yet.
-        let _ = parameters;
         Ok(InferResponse {
             model_name: self.name.clone(),
             model_version: self.version,

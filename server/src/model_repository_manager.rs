@@ -168,6 +168,11 @@ impl ModelRepositoryManager {
         };
         let mut failures = String::new();
         let mut entry = ModelEntry::default();
+        let mut models = self
+            .models
+            .write()
+            .expect("model table lock is never poisoned");
+        let previous = models.remove(name).unwrap_or_default();
         for (version, result) in loaded {
             let version_entry = match result {
                 Ok(model) => VersionEntry {
@@ -179,19 +184,21 @@ impl ModelRepositoryManager {
                     failures.push_str(&format!(
                         "version {version} is at UNAVAILABLE state: {e};\n"
                     ));
-                    VersionEntry {
-                        state: ModelState::Unavailable,
-                        reason: e.message().to_string(),
-                        model: None,
+                    match previous.versions.get(&version) {
+                        // A failed reload keeps the copy that was serving.
+                        Some(serving) if serving.model.is_some() => serving.clone(),
+                        _ => VersionEntry {
+                            state: ModelState::Unavailable,
+                            reason: e.message().to_string(),
+                            model: None,
+                        },
                     }
                 }
             };
             entry.versions.insert(version, version_entry);
         }
-        self.models
-            .write()
-            .expect("model table lock is never poisoned")
-            .insert(name.to_string(), entry);
+        models.insert(name.to_string(), entry);
+        drop(models);
         if failures.is_empty() {
             Ok(())
         } else {

@@ -238,6 +238,26 @@ async fn repository_api_loads_overrides_and_unloads() {
         .unwrap();
     assert_eq!(config["max_batch_size"], 2);
 
+    // A reload that fails leaves the serving copy in place.
+    let bad = http
+        .post(format!("{}/v2/repository/models/add_sub/load", server.http))
+        .json(&json!({"parameters": {"config": r#"{"backend": "add_sub", "max_batch_size": -3}"#}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let error: Value = bad.json().await.unwrap();
+    assert!(
+        error["error"].as_str().unwrap().contains("max_batch_size"),
+        "{error}"
+    );
+    let ready = http
+        .get(format!("{}/v2/models/add_sub/ready", server.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+
     // The gRPC index agrees.
     let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone())
         .await

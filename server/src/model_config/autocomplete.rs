@@ -59,56 +59,70 @@ pub fn complete(config: &mut ModelConfig, signature: &ModelSignature) -> Result<
             ));
         }
     }
-    let skip = usize::from(config.max_batch_size > 0);
-    let strip = |dims: &[i64]| dims.iter().skip(skip).copied().collect::<Vec<_>>();
-
-    if config.input.is_empty() {
-        config.input = signature
-            .inputs
-            .iter()
-            .map(|t| ModelInput {
-                name: t.name.clone(),
-                data_type: t.datatype.map_or(0, DataType::to_config),
-                dims: strip(&t.dims),
-                ..Default::default()
-            })
-            .collect();
-    } else {
-        for input in &mut config.input {
-            if let Some(t) = signature.inputs.iter().find(|t| t.name == input.name) {
-                if input.data_type == 0 {
-                    input.data_type = t.datatype.map_or(0, DataType::to_config);
-                }
-                if input.dims.is_empty() && input.reshape.is_none() {
-                    input.dims = strip(&t.dims);
-                }
-            }
-        }
-    }
-    if config.output.is_empty() {
-        config.output = signature
-            .outputs
-            .iter()
-            .map(|t| ModelOutput {
-                name: t.name.clone(),
-                data_type: t.datatype.map_or(0, DataType::to_config),
-                dims: strip(&t.dims),
-                ..Default::default()
-            })
-            .collect();
-    } else {
-        for output in &mut config.output {
-            if let Some(t) = signature.outputs.iter().find(|t| t.name == output.name) {
-                if output.data_type == 0 {
-                    output.data_type = t.datatype.map_or(0, DataType::to_config);
-                }
-                if output.dims.is_empty() && output.reshape.is_none() {
-                    output.dims = strip(&t.dims);
-                }
-            }
-        }
-    }
+    let batch_dims = usize::from(config.max_batch_size > 0);
+    fill(&mut config.input, &signature.inputs, batch_dims);
+    fill(&mut config.output, &signature.outputs, batch_dims);
     Ok(())
+}
+
+/// What inputs and outputs have in common, so one function completes both.
+trait ConfigTensor: Default {
+    fn name(&self) -> &str;
+    fn set_name(&mut self, name: String);
+    fn data_type(&mut self) -> &mut i32;
+    fn dims(&mut self) -> &mut Vec<i64>;
+    fn has_reshape(&self) -> bool;
+}
+
+macro_rules! config_tensor {
+    ($t:ty) => {
+        impl ConfigTensor for $t {
+            fn name(&self) -> &str {
+                &self.name
+            }
+            fn set_name(&mut self, name: String) {
+                self.name = name;
+            }
+            fn data_type(&mut self) -> &mut i32 {
+                &mut self.data_type
+            }
+            fn dims(&mut self) -> &mut Vec<i64> {
+                &mut self.dims
+            }
+            fn has_reshape(&self) -> bool {
+                self.reshape.is_some()
+            }
+        }
+    };
+}
+config_tensor!(ModelInput);
+config_tensor!(ModelOutput);
+
+/// Lists every tensor of the model when the config lists none; otherwise
+/// fills the datatype and dims each listed tensor leaves out.
+fn fill<T: ConfigTensor>(tensors: &mut Vec<T>, model: &[TensorSignature], batch_dims: usize) {
+    let complete = |tensor: &mut T, t: &TensorSignature| {
+        if *tensor.data_type() == 0 {
+            *tensor.data_type() = t.datatype.map_or(0, DataType::to_config);
+        }
+        if tensor.dims().is_empty() && !tensor.has_reshape() {
+            *tensor.dims() = t.dims.iter().skip(batch_dims).copied().collect();
+        }
+    };
+    if tensors.is_empty() {
+        for t in model {
+            let mut tensor = T::default();
+            tensor.set_name(t.name.clone());
+            complete(&mut tensor, t);
+            tensors.push(tensor);
+        }
+        return;
+    }
+    for tensor in tensors.iter_mut() {
+        if let Some(t) = model.iter().find(|t| t.name == tensor.name()) {
+            complete(tensor, t);
+        }
+    }
 }
 
 /// Checks that the (completed) config agrees with the model file.
