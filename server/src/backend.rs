@@ -10,11 +10,14 @@ pub mod onnx;
 
 use std::path::Path;
 
+use bytes::{Bytes, BytesMut};
 use nereid_proto::inference::ModelConfig;
 
+use crate::datatype::DataType;
 use crate::error::Result;
 use crate::model_config::BackendKind;
 use crate::model_config::autocomplete::ModelSignature;
+use crate::statistics::ComputeTiming;
 use crate::tensor::Tensor;
 
 /// Where an instance runs.
@@ -37,19 +40,75 @@ pub struct InstanceSpec<'a> {
     pub intra_op_threads: usize,
 }
 
-/// A loaded copy of a model that can run requests, one at a time.
+/// One input of an execution: the batched shape and the requests' pieces
+/// of data, in batch order. The backend copies the pieces straight into
+/// its own buffer, so a batched input is copied exactly once; a single
+/// piece may be used without any copy.
+#[derive(Debug, Clone)]
+pub struct BatchInput {
+    pub name: String,
+    pub datatype: DataType,
+    pub shape: Vec<i64>,
+    pub parts: Vec<Bytes>,
+}
+
+impl BatchInput {
+    /// An input made of one request's tensor.
+    pub fn single(tensor: Tensor) -> Self {
+        BatchInput {
+            name: tensor.name,
+            datatype: tensor.datatype,
+            shape: tensor.shape,
+            parts: vec![tensor.data],
+        }
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    /// The data in one buffer: free for one piece, one copy for several.
+    pub fn contiguous(&self) -> Bytes {
+        match self.parts.as_slice() {
+            [one] => one.clone(),
+            parts => {
+                let mut out = BytesMut::with_capacity(self.byte_len());
+                parts.iter().for_each(|p| out.extend_from_slice(p));
+                out.freeze()
+            }
+        }
+    }
+
+    /// Copies the pieces, in order, into `dst` (exactly `byte_len` bytes).
+    pub fn copy_into(&self, dst: &mut [u8]) {
+        let mut at = 0;
+        for part in &self.parts {
+            dst[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+    }
+}
+
+/// What one execution produced and how long its phases took.
+#[derive(Debug)]
+pub struct Execution {
+    /// Every output the model produces, batched.
+    pub outputs: Vec<Tensor>,
+    pub timing: ComputeTiming,
+}
+
+/// A loaded copy of a model that runs one batch at a time.
 pub trait ModelInstance: Send {
-    /// Runs one (possibly batched) request. Inputs are validated and in the
-    /// shapes the model expects; returns every output the model produces.
-    fn execute(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>>;
+    /// Runs one batch. Inputs are validated and in the shapes the model
+    /// expects.
+    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution>;
 }
 
 /// A kind of model implementation.
 pub trait Backend: Send + Sync {
     /// Reads the model file's inputs and outputs, for auto-complete and for
     /// checking the config against the file. `None` when there is no file.
-    fn signature(&self, config: &ModelConfig, version_dir: &Path)
-    -> Result<Option<ModelSignature>>;
+    fn signature(&self, config: &ModelConfig, version_dir: &Path) -> Result<Option<ModelSignature>>;
 
     /// Creates one instance. Called on the instance's own worker thread.
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>>;

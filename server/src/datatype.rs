@@ -69,9 +69,8 @@ impl DataType {
 
     /// Parses a wire name, naming the tensor in the error.
     pub fn parse_for(name: &str, tensor: &str) -> Result<DataType> {
-        DataType::from_wire(name).ok_or_else(|| {
-            Error::invalid(format!("invalid datatype '{name}' for tensor '{tensor}'"))
-        })
+        DataType::from_wire(name)
+            .ok_or_else(|| Error::invalid(format!("invalid datatype '{name}' for tensor '{tensor}'")))
     }
 
     /// The value of `inference.DataType` in model_config.proto.

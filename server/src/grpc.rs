@@ -12,9 +12,7 @@ use futures::Stream;
 use nereid_proto::health::v1::health_check_response::ServingStatus;
 use nereid_proto::health::v1::health_server::{Health, HealthServer};
 use nereid_proto::health::v1::{HealthCheckRequest, HealthCheckResponse};
-use nereid_proto::inference::grpc_inference_service_server::{
-    GrpcInferenceService, GrpcInferenceServiceServer,
-};
+use nereid_proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use nereid_proto::inference::model_metadata_response::TensorMetadata;
 use nereid_proto::inference::model_repository_parameter::ParameterChoice as RepositoryParameter;
 use nereid_proto::inference::repository_index_response::ModelIndex;
@@ -79,33 +77,21 @@ impl GrpcInferenceService for InferenceService {
         }))
     }
 
-    async fn server_ready(
-        &self,
-        _: Request<ServerReadyRequest>,
-    ) -> GrpcResult<ServerReadyResponse> {
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> GrpcResult<ServerReadyResponse> {
         Ok(Response::new(ServerReadyResponse {
             ready: self.server.is_ready(),
         }))
     }
 
-    async fn model_ready(
-        &self,
-        request: Request<ModelReadyRequest>,
-    ) -> GrpcResult<ModelReadyResponse> {
+    async fn model_ready(&self, request: Request<ModelReadyRequest>) -> GrpcResult<ModelReadyResponse> {
         // An unknown or unloaded model is simply not ready: tritonclient's
         // `is_model_ready` raises on an error status instead of returning False.
         let r = request.into_inner();
-        let ready = self
-            .server
-            .model_ready(&r.name, &r.version)
-            .unwrap_or(false);
+        let ready = self.server.model_ready(&r.name, &r.version).unwrap_or(false);
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
-    async fn server_metadata(
-        &self,
-        _: Request<ServerMetadataRequest>,
-    ) -> GrpcResult<ServerMetadataResponse> {
+    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> GrpcResult<ServerMetadataResponse> {
         let m = self.server.metadata();
         Ok(Response::new(ServerMetadataResponse {
             name: m.name,
@@ -114,15 +100,9 @@ impl GrpcInferenceService for InferenceService {
         }))
     }
 
-    async fn model_metadata(
-        &self,
-        request: Request<ModelMetadataRequest>,
-    ) -> GrpcResult<ModelMetadataResponse> {
+    async fn model_metadata(&self, request: Request<ModelMetadataRequest>) -> GrpcResult<ModelMetadataResponse> {
         let r = request.into_inner();
-        let m = self
-            .server
-            .model_metadata(&r.name, &r.version)
-            .map_err(to_status)?;
+        let m = self.server.model_metadata(&r.name, &r.version).map_err(to_status)?;
         let tensors = |ts: Vec<crate::server::TensorMetadata>| {
             ts.into_iter()
                 .map(|t| TensorMetadata {
@@ -141,17 +121,13 @@ impl GrpcInferenceService for InferenceService {
         }))
     }
 
-    async fn model_infer(
-        &self,
-        request: Request<ModelInferRequest>,
-    ) -> GrpcResult<ModelInferResponse> {
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
         let request = convert::request(request.into_inner()).map_err(to_status)?;
         let response = self.server.infer(request).await.map_err(to_status)?;
         Ok(Response::new(convert::response(response)))
     }
 
-    type ModelStreamInferStream =
-        Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+    type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
 
     /// Answers each request of the stream in order; an error becomes that
     /// response's `error_message` and the stream goes on.
@@ -186,31 +162,24 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn model_config(
-        &self,
-        request: Request<ModelConfigRequest>,
-    ) -> GrpcResult<ModelConfigResponse> {
+    async fn model_config(&self, request: Request<ModelConfigRequest>) -> GrpcResult<ModelConfigResponse> {
         let r = request.into_inner();
-        let config = self
-            .server
-            .model_config(&r.name, &r.version)
-            .map_err(to_status)?;
+        let config = self.server.model_config(&r.name, &r.version).map_err(to_status)?;
         Ok(Response::new(ModelConfigResponse {
             config: Some((*config).clone()),
         }))
     }
 
-    async fn model_statistics(
-        &self,
-        _: Request<ModelStatisticsRequest>,
-    ) -> GrpcResult<ModelStatisticsResponse> {
-        unimplemented("ModelStatistics")
+    async fn model_statistics(&self, request: Request<ModelStatisticsRequest>) -> GrpcResult<ModelStatisticsResponse> {
+        let r = request.into_inner();
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let stats = self.server.statistics(name, &r.version).map_err(to_status)?;
+        Ok(Response::new(ModelStatisticsResponse {
+            model_stats: stats.into_iter().map(convert::statistics).collect(),
+        }))
     }
 
-    async fn repository_index(
-        &self,
-        request: Request<RepositoryIndexRequest>,
-    ) -> GrpcResult<RepositoryIndexResponse> {
+    async fn repository_index(&self, request: Request<RepositoryIndexRequest>) -> GrpcResult<RepositoryIndexResponse> {
         let r = request.into_inner();
         if !r.repository_name.is_empty() {
             return Err(Status::unimplemented(
@@ -225,10 +194,7 @@ impl GrpcInferenceService for InferenceService {
             .map(|row| ModelIndex {
                 name: row.name,
                 version: row.version.map(|v| v.to_string()).unwrap_or_default(),
-                state: row
-                    .state
-                    .map(|s| s.as_str().to_string())
-                    .unwrap_or_default(),
+                state: row.state.map(|s| s.as_str().to_string()).unwrap_or_default(),
                 reason: row.reason,
             })
             .collect();
@@ -249,12 +215,8 @@ impl GrpcInferenceService for InferenceService {
         for (key, value) in &r.parameters {
             match (key.as_str(), value.parameter_choice.as_ref()) {
                 ("config", Some(RepositoryParameter::StringParam(text))) => {
-                    let parsed = config_json::from_json(text).map_err(|e| {
-                        to_status(Error::invalid(format!(
-                            "Invalid config override: {}",
-                            e.message()
-                        )))
-                    })?;
+                    let parsed = config_json::from_json(text)
+                        .map_err(|e| to_status(Error::invalid(format!("Invalid config override: {}", e.message()))))?;
                     config = Some(parsed);
                 }
                 ("config", _) => {
@@ -268,16 +230,11 @@ impl GrpcInferenceService for InferenceService {
                     ));
                 }
                 (k, _) => {
-                    return Err(Status::invalid_argument(format!(
-                        "unrecognized load parameter '{k}'."
-                    )));
+                    return Err(Status::invalid_argument(format!("unrecognized load parameter '{k}'.")));
                 }
             }
         }
-        self.server
-            .load_model(&r.model_name, config)
-            .await
-            .map_err(to_status)?;
+        self.server.load_model(&r.model_name, config).await.map_err(to_status)?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
@@ -286,10 +243,7 @@ impl GrpcInferenceService for InferenceService {
         request: Request<RepositoryModelUnloadRequest>,
     ) -> GrpcResult<RepositoryModelUnloadResponse> {
         let r = request.into_inner();
-        self.server
-            .unload_model(&r.model_name)
-            .await
-            .map_err(to_status)?;
+        self.server.unload_model(&r.model_name).await.map_err(to_status)?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 
@@ -335,17 +289,11 @@ impl GrpcInferenceService for InferenceService {
         unimplemented("CUDA shared memory")
     }
 
-    async fn trace_setting(
-        &self,
-        _: Request<TraceSettingRequest>,
-    ) -> GrpcResult<TraceSettingResponse> {
+    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> GrpcResult<TraceSettingResponse> {
         unimplemented("TraceSetting")
     }
 
-    async fn log_settings(
-        &self,
-        _: Request<LogSettingsRequest>,
-    ) -> GrpcResult<LogSettingsResponse> {
+    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> GrpcResult<LogSettingsResponse> {
         unimplemented("LogSettings")
     }
 }
@@ -362,9 +310,7 @@ impl HealthService {
         } else {
             ServingStatus::NotServing
         };
-        HealthCheckResponse {
-            status: status as i32,
-        }
+        HealthCheckResponse { status: status as i32 }
     }
 }
 
@@ -379,8 +325,8 @@ impl Health for HealthService {
     /// Sends the current status once; the server does not yet push changes.
     async fn watch(&self, _: Request<HealthCheckRequest>) -> GrpcResult<Self::WatchStream> {
         let current = self.status();
-        Ok(Response::new(Box::pin(futures::stream::once(async move {
-            Ok(current)
-        }))))
+        Ok(Response::new(Box::pin(futures::stream::once(
+            async move { Ok(current) },
+        ))))
     }
 }

@@ -26,7 +26,8 @@ use self::error::{HttpError, with_status};
 use crate::error::Error;
 use crate::in_flight::{InFlight, InFlightLayer};
 use crate::model_config::json as config_json;
-use crate::server::{InferenceServer, TensorMetadata, parse_version};
+use crate::server::{InferenceServer, TensorMetadata, VersionStatistics, parse_version};
+use crate::statistics::StatDuration;
 
 /// Settings of the HTTP front end.
 #[derive(Debug, Clone, Copy)]
@@ -43,11 +44,7 @@ struct AppState {
 
 type HandlerResult = Result<Response, HttpError>;
 
-pub fn router(
-    server: Arc<InferenceServer>,
-    options: HttpOptions,
-    in_flight: Arc<InFlight>,
-) -> Router {
+pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc<InFlight>) -> Router {
     let state = AppState { server, options };
     Router::new()
         .route("/v2", get(server_metadata))
@@ -56,15 +53,12 @@ pub fn router(
         .route("/v2/models/{model}", get(model_metadata))
         .route("/v2/models/{model}/versions/{version}", get(model_metadata))
         .route("/v2/models/{model}/ready", get(model_ready))
-        .route(
-            "/v2/models/{model}/versions/{version}/ready",
-            get(model_ready),
-        )
+        .route("/v2/models/{model}/versions/{version}/ready", get(model_ready))
         .route("/v2/models/{model}/config", get(model_config))
-        .route(
-            "/v2/models/{model}/versions/{version}/config",
-            get(model_config),
-        )
+        .route("/v2/models/{model}/versions/{version}/config", get(model_config))
+        .route("/v2/models/stats", get(statistics))
+        .route("/v2/models/{model}/stats", get(statistics))
+        .route("/v2/models/{model}/versions/{version}/stats", get(statistics))
         .route("/v2/models/{model}/infer", post(infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
         .route("/v2/repository/index", post(repository_index))
@@ -85,9 +79,7 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
 }
 
 async fn live(State(s): State<AppState>) -> StatusCode {
@@ -108,8 +100,7 @@ async fn ready(State(s): State<AppState>) -> StatusCode {
 
 async fn server_metadata(State(s): State<AppState>) -> Response {
     let m = s.server.metadata();
-    axum::Json(json!({ "name": m.name, "version": m.version, "extensions": m.extensions }))
-        .into_response()
+    axum::Json(json!({ "name": m.name, "version": m.version, "extensions": m.extensions })).into_response()
 }
 
 /// The model name and version string ("" when absent) from the path.
@@ -120,10 +111,7 @@ fn model_path(params: &HashMap<String, String>) -> (&str, &str) {
     )
 }
 
-async fn model_metadata(
-    State(s): State<AppState>,
-    Path(p): Path<HashMap<String, String>>,
-) -> HandlerResult {
+async fn model_metadata(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
     let (model, version) = model_path(&p);
     let m = s.server.model_metadata(model, version)?;
     let tensors = |ts: &[TensorMetadata]| -> Vec<Value> {
@@ -141,22 +129,54 @@ async fn model_metadata(
     .into_response())
 }
 
-async fn model_ready(
-    State(s): State<AppState>,
-    Path(p): Path<HashMap<String, String>>,
-) -> HandlerResult {
+async fn model_ready(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
     let (model, version) = model_path(&p);
     s.server.model_ready(model, version)?;
     Ok(StatusCode::OK.into_response())
 }
 
-async fn model_config(
-    State(s): State<AppState>,
-    Path(p): Path<HashMap<String, String>>,
-) -> HandlerResult {
+async fn model_config(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
     let (model, version) = model_path(&p);
     let config = s.server.model_config(model, version)?;
     Ok(axum::Json(config_json::to_json(&config)).into_response())
+}
+
+async fn statistics(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+    let (model, version) = model_path(&p);
+    let name = (!model.is_empty()).then_some(model);
+    let stats = s.server.statistics(name, version)?;
+    Ok(axum::Json(json!({ "model_stats": stats.iter().map(statistics_json).collect::<Vec<_>>() })).into_response())
+}
+
+/// One version's statistics in Triton's JSON shape.
+fn statistics_json(v: &VersionStatistics) -> Value {
+    let d = |d: &StatDuration| json!({ "count": d.count, "ns": d.ns });
+    let i = &v.stats.inference_stats;
+    let zero = StatDuration::default();
+    json!({
+        "name": v.name,
+        "version": v.version.to_string(),
+        "last_inference": v.stats.last_inference,
+        "inference_count": v.stats.inference_count,
+        "execution_count": v.stats.execution_count,
+        "inference_stats": {
+            "success": d(&i.success),
+            "fail": d(&i.fail),
+            "queue": d(&i.queue),
+            "compute_input": d(&i.compute_input),
+            "compute_infer": d(&i.compute_infer),
+            "compute_output": d(&i.compute_output),
+            "cache_hit": d(&zero),
+            "cache_miss": d(&zero),
+        },
+        "batch_stats": v.stats.batch_stats.iter().map(|(size, b)| json!({
+            "batch_size": size,
+            "compute_input": d(&b.compute_input),
+            "compute_infer": d(&b.compute_infer),
+            "compute_output": d(&b.compute_output),
+        })).collect::<Vec<_>>(),
+        "memory_usage": [],
+    })
 }
 
 async fn infer(
@@ -185,15 +205,10 @@ async fn infer(
     if let Some(n) = encoded.header_length {
         reply.insert(infer_codec::HEADER_LENGTH, HeaderValue::from(n));
     }
-    let accept = headers
-        .get(header::ACCEPT_ENCODING)
-        .and_then(|v| v.to_str().ok());
+    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
     let body = match compression::accepted(accept) {
         Some(encoding) => {
-            reply.insert(
-                header::CONTENT_ENCODING,
-                HeaderValue::from_static(encoding.as_str()),
-            );
+            reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
             compression::compress(encoding, &encoded.body)
         }
         None => encoded.body,
@@ -202,11 +217,7 @@ async fn infer(
 }
 
 /// The request body, inflated if it was compressed, within the size limit.
-fn read_body(
-    body: Result<Bytes, BytesRejection>,
-    headers: &HeaderMap,
-    limit: usize,
-) -> Result<Bytes, HttpError> {
+fn read_body(body: Result<Bytes, BytesRejection>, headers: &HeaderMap, limit: usize) -> Result<Bytes, HttpError> {
     let body = body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -225,9 +236,7 @@ fn read_body(
             message,
         ))
     })?;
-    let encoding = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok());
+    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
     match compression::content_encoding(encoding)? {
         Some(encoding) => Ok(compression::decompress(encoding, &body, limit)?),
         None => Ok(body),
@@ -240,11 +249,9 @@ fn header_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, 
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("").trim();
-    let n: i64 = text.parse().map_err(|_| {
-        Error::invalid(format!(
-            "Unable to parse Inference-Header-Content-Length, got: {text}"
-        ))
-    })?;
+    let n: i64 = text
+        .parse()
+        .map_err(|_| Error::invalid(format!("Unable to parse Inference-Header-Content-Length, got: {text}")))?;
     if n < 0 || n as u64 > body_len as u64 {
         return Err(Error::invalid(format!(
             "inference header size should be in range (0, {body_len}), got: {n}"
@@ -253,10 +260,7 @@ fn header_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, 
     Ok(Some(n as usize))
 }
 
-async fn repository_index(
-    State(s): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> HandlerResult {
+async fn repository_index(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> HandlerResult {
     let body = body.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
     let ready_only = if body.iter().all(u8::is_ascii_whitespace) {
         false
@@ -294,9 +298,7 @@ async fn repository_index(
 }
 
 /// The `parameters` object of a load or unload body, if any.
-fn body_parameters(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<serde_json::Map<String, Value>, Error> {
+fn body_parameters(body: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Error> {
     let body = body.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(Default::default());
@@ -319,25 +321,20 @@ async fn load(
     for (key, value) in body_parameters(body)? {
         match (key.as_str(), value) {
             ("config", Value::String(text)) => {
-                let parsed = config_json::from_json(&text).map_err(|e| {
-                    Error::invalid(format!("Invalid config override: {}", e.message()))
-                })?;
+                let parsed = config_json::from_json(&text)
+                    .map_err(|e| Error::invalid(format!("Invalid config override: {}", e.message())))?;
                 config = Some(parsed);
             }
             ("config", _) => {
                 return Err(Error::invalid("load parameter 'config' must be a JSON string").into());
             }
             (k, _) if k.starts_with("file:") => {
-                return Err(Error::unsupported(
-                    "model file overrides ('file:' load parameters) are not supported",
-                )
-                .into());
+                return Err(
+                    Error::unsupported("model file overrides ('file:' load parameters) are not supported").into(),
+                );
             }
             (k, v) => {
-                return Err(Error::invalid(format!(
-                    "Unrecognized load parameter '{k}' with value {v}"
-                ))
-                .into());
+                return Err(Error::invalid(format!("Unrecognized load parameter '{k}' with value {v}")).into());
             }
         }
     }
@@ -352,10 +349,7 @@ async fn unload(
 ) -> HandlerResult {
     for (key, value) in body_parameters(body)? {
         if key != "unload_dependents" || !value.is_boolean() {
-            return Err(Error::invalid(format!(
-                "Unrecognized unload parameter '{key}' with value {value}"
-            ))
-            .into());
+            return Err(Error::invalid(format!("Unrecognized unload parameter '{key}' with value {value}")).into());
         }
     }
     s.server.unload_model(&model).await?;

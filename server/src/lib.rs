@@ -17,7 +17,12 @@
 //! model                           one loaded version: normalize -> schedule -> shape outputs
 //!   model/normalize               request checks against the config (Triton's wording)
 //!   model/classification          the classification extension
-//! scheduler                       the default scheduler: one queue, one thread per instance
+//! scheduler                       default scheduler or dynamic batcher in front of the instances
+//!   dynamic_batch_scheduler       the batcher actor; policy (pure) and queue (priorities, timeouts)
+//!   scheduler/ordering            preserve_ordering
+//! batch                           requests into one batch, outputs back per request
+//! instance_pool                   one thread per instance, executing batches
+//! statistics                      Triton's statistics extension
 //! backend                         the Backend trait; onnx (ort) and builtin (identity, add_sub)
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
@@ -29,11 +34,14 @@
 //! listeners, and the shutdown sequence.
 
 pub mod backend;
+pub mod batch;
 pub mod datatype;
+pub mod dynamic_batch_scheduler;
 pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod in_flight;
+pub mod instance_pool;
 pub mod model;
 pub mod model_config;
 pub mod model_lifecycle;
@@ -44,4 +52,5 @@ pub mod request;
 pub mod response;
 pub mod scheduler;
 pub mod server;
+pub mod statistics;
 pub mod tensor;

@@ -92,9 +92,7 @@ struct GrpcArgs {
 fn main() -> Result<()> {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,ort=warn")),
-        )
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,ort=warn")))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
@@ -156,11 +154,7 @@ async fn run(args: Args) -> Result<()> {
         in_flight.clone(),
     );
     let http_local = http_listener.local_addr()?;
-    let http_task = tokio::spawn(http::serve(
-        http_listener,
-        router,
-        shutdown.clone().cancelled_owned(),
-    ));
+    let http_task = tokio::spawn(http::serve(http_listener, router, shutdown.clone().cancelled_owned()));
     server.set_ready(true);
     tracing::info!("Started HTTPService at {http_local}");
 
@@ -193,9 +187,7 @@ async fn run(args: Args) -> Result<()> {
 }
 
 fn listen_address(host: &str, port: u16) -> Result<SocketAddr> {
-    let ip: std::net::IpAddr = host
-        .parse()
-        .with_context(|| format!("'{host}' is not an IP address"))?;
+    let ip: std::net::IpAddr = host.parse().with_context(|| format!("'{host}' is not an IP address"))?;
     Ok(SocketAddr::new(ip, port))
 }
 

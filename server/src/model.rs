@@ -8,21 +8,25 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use nereid_proto::inference::{ModelConfig, model_instance_group::Kind};
+use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice, model_instance_group::Kind};
 
 use crate::backend::{self, Device};
+use crate::dynamic_batch_scheduler::{BatcherConfig, DynamicBatchScheduler};
 use crate::error::{Error, Result};
+use crate::instance_pool::{InstancePool, InstanceSource, Placement};
 use crate::model_config::{BackendKind, parameter};
 use crate::request::InferRequest;
 use crate::response::InferResponse;
-use crate::scheduler::{DefaultScheduler, InstanceSource, Placement};
+use crate::scheduler::Scheduler;
+use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
 
 pub struct Model {
     name: String,
     version: i64,
     config: Arc<ModelConfig>,
-    scheduler: DefaultScheduler,
+    scheduler: Scheduler,
+    statistics: Arc<ModelStatistics>,
     /// Output name to the lines of its `label_filename`, for classification.
     labels: HashMap<String, Vec<String>>,
 }
@@ -39,40 +43,54 @@ impl Model {
     ) -> Result<Model> {
         let mut labels = HashMap::new();
         let model_dir = version_dir.parent().unwrap_or(version_dir);
-        for output in config
-            .output
-            .iter()
-            .filter(|o| !o.label_filename.is_empty())
-        {
+        for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
             let path = model_dir.join(&output.label_filename);
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                Error::invalid(format!(
-                    "failed to read label file '{}': {e}",
-                    path.display()
-                ))
-            })?;
-            labels.insert(
-                output.name.clone(),
-                text.lines().map(str::to_owned).collect(),
-            );
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Error::invalid(format!("failed to read label file '{}': {e}", path.display())))?;
+            labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
         }
         let placements = placements(&config)?;
-        let scheduler = DefaultScheduler::start(
+        let statistics = Arc::new(ModelStatistics::default());
+        let batching = match &config.scheduling_choice {
+            Some(SchedulingChoice::DynamicBatching(batching)) => Some(BatcherConfig::from_config(&config, batching)?),
+            _ => None,
+        };
+        let (idle_tx, idle_rx) = match batching {
+            Some(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let pool = InstancePool::start(
             InstanceSource {
                 model: name.to_string(),
                 version,
                 backend: backend::for_kind(kind),
                 config: Arc::clone(&config),
                 version_dir: version_dir.to_path_buf(),
+                statistics: Arc::clone(&statistics),
+                idle: idle_tx,
             },
             &placements,
         )?;
+        let scheduler = match (batching, idle_rx) {
+            (Some(batching), Some(idle)) => Scheduler::Dynamic(DynamicBatchScheduler::start(
+                name,
+                batching,
+                pool,
+                placements.len(),
+                idle,
+            )?),
+            _ => Scheduler::Default(pool),
+        };
         Ok(Model {
             name: name.to_string(),
             version,
             config,
             scheduler,
             labels,
+            statistics,
         })
     }
 
@@ -88,12 +106,27 @@ impl Model {
         &self.config
     }
 
+    pub fn statistics(&self) -> &ModelStatistics {
+        &self.statistics
+    }
+
     /// Checks a request, runs it on a free instance and shapes the response.
     #[tracing::instrument(skip_all, fields(model = %self.name, version = self.version, request_id = %request.id))]
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+        let arrived = std::time::Instant::now();
+        let outcome = self.run(request).await;
+        self.statistics.record_request(outcome.is_ok(), arrived.elapsed());
+        outcome
+    }
+
+    async fn run(&self, request: InferRequest) -> Result<InferResponse> {
         let id = request.id.clone();
+        let parameters = request.parameters.clone();
         let normalized = normalize::normalize(&self.config, &self.name, request)?;
-        let produced = self.scheduler.execute(normalized.inputs).await?;
+        let produced = self
+            .scheduler
+            .schedule(normalized.inputs, normalized.batch_size, &parameters)
+            .await?;
         let batching = self.config.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(normalized.outputs.len());
         for wanted in &normalized.outputs {
@@ -105,12 +138,9 @@ impl Model {
             };
             let tensor = self.client_shape(tensor.clone(), batching, normalized.batch_size);
             outputs.push(match wanted.classification {
-                Some(k) => classification::classify(
-                    &tensor,
-                    k,
-                    batching,
-                    self.labels.get(&wanted.name).map(Vec::as_slice),
-                )?,
+                Some(k) => {
+                    classification::classify(&tensor, k, batching, self.labels.get(&wanted.name).map(Vec::as_slice))?
+                }
                 None => tensor,
             });
         }

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nereid_proto::inference::{
-    ModelConfig, ModelInstanceGroup, ModelVersionPolicy, model_config::SchedulingChoice,
-    model_instance_group::Kind, model_version_policy,
+    ModelConfig, ModelInstanceGroup, ModelVersionPolicy, model_config::SchedulingChoice, model_instance_group::Kind,
+    model_version_policy,
 };
 
 use crate::backend;
@@ -47,14 +47,8 @@ pub fn prepare(
     let available: Vec<i64> = files.versions.keys().copied().collect();
     let selected = select_versions(config.version_policy.as_ref(), &available)
         .map_err(|e| Error::invalid(format!("{} '{name}'", e.message())))?;
-    let versions: Vec<(i64, std::path::PathBuf)> = selected
-        .iter()
-        .map(|v| (*v, files.versions[v].clone()))
-        .collect();
-    let latest_dir = &versions
-        .last()
-        .expect("select_versions returns at least one")
-        .1;
+    let versions: Vec<(i64, std::path::PathBuf)> = selected.iter().map(|v| (*v, files.versions[v].clone())).collect();
+    let latest_dir = &versions.last().expect("select_versions returns at least one").1;
 
     let kind = match BackendKind::from_config(&config) {
         Some(kind) => kind,
@@ -137,14 +131,7 @@ pub fn load_versions(name: &str, prepared: &PreparedModel) -> BTreeMap<i64, Resu
         .versions
         .iter()
         .map(|(version, dir)| {
-            let loaded = Model::load(
-                name,
-                *version,
-                dir,
-                Arc::clone(&prepared.config),
-                prepared.kind,
-            )
-            .map(Arc::new);
+            let loaded = Model::load(name, *version, dir, Arc::clone(&prepared.config), prepared.kind).map(Arc::new);
             (*version, loaded)
         })
         .collect()

@@ -99,9 +99,7 @@ impl ModelRepositoryManager {
     pub async fn load_startup_models(&self, explicit: &[String]) -> Result<()> {
         let names: Vec<String> = match self.mode {
             ControlMode::None => self.repository.scan()?.into_keys().collect(),
-            ControlMode::Explicit if explicit.iter().any(|n| n == "*") => {
-                self.repository.scan()?.into_keys().collect()
-            }
+            ControlMode::Explicit if explicit.iter().any(|n| n == "*") => self.repository.scan()?.into_keys().collect(),
             ControlMode::Explicit => explicit.to_vec(),
         };
         for name in names {
@@ -135,9 +133,7 @@ impl ModelRepositoryManager {
             }
             Err(e) => {
                 self.set_whole(name, ModelState::Unavailable, e.message());
-                return Err(Error::invalid(format!(
-                    "load failed for model '{name}': {e}"
-                )));
+                return Err(Error::invalid(format!("load failed for model '{name}': {e}")));
             }
         };
         let first_load = !self.has_ready_version(name);
@@ -147,8 +143,7 @@ impl ModelRepositoryManager {
         let autocomplete = self.autocomplete;
         let owned_name = name.to_string();
         let outcome = tokio::task::spawn_blocking(move || {
-            let prepared =
-                model_lifecycle::prepare(&owned_name, &dir, config_override, autocomplete)?;
+            let prepared = model_lifecycle::prepare(&owned_name, &dir, config_override, autocomplete)?;
             Ok::<_, Error>(model_lifecycle::load_versions(&owned_name, &prepared))
         })
         .await
@@ -161,17 +156,12 @@ impl ModelRepositoryManager {
                 if first_load {
                     self.set_whole(name, ModelState::Unavailable, e.message());
                 }
-                return Err(Error::invalid(format!(
-                    "load failed for model '{name}': {e}"
-                )));
+                return Err(Error::invalid(format!("load failed for model '{name}': {e}")));
             }
         };
         let mut failures = String::new();
         let mut entry = ModelEntry::default();
-        let mut models = self
-            .models
-            .write()
-            .expect("model table lock is never poisoned");
+        let mut models = self.models.write().expect("model table lock is never poisoned");
         let previous = models.remove(name).unwrap_or_default();
         for (version, result) in loaded {
             let version_entry = match result {
@@ -181,9 +171,7 @@ impl ModelRepositoryManager {
                     model: Some(model),
                 },
                 Err(e) => {
-                    failures.push_str(&format!(
-                        "version {version} is at UNAVAILABLE state: {e};\n"
-                    ));
+                    failures.push_str(&format!("version {version} is at UNAVAILABLE state: {e};\n"));
                     match previous.versions.get(&version) {
                         // A failed reload keeps the copy that was serving.
                         Some(serving) if serving.model.is_some() => serving.clone(),
@@ -202,9 +190,7 @@ impl ModelRepositoryManager {
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(Error::invalid(format!(
-                "load failed for model '{name}': {failures}"
-            )))
+            Err(Error::invalid(format!("load failed for model '{name}': {failures}")))
         }
     }
 
@@ -212,10 +198,7 @@ impl ModelRepositoryManager {
     pub async fn unload(&self, name: &str) -> Result<()> {
         self.check_explicit()?;
         let _guard = self.changes.lock().await;
-        let mut models = self
-            .models
-            .write()
-            .expect("model table lock is never poisoned");
+        let mut models = self.models.write().expect("model table lock is never poisoned");
         if let Some(entry) = models.get_mut(name) {
             for version in entry.versions.values_mut() {
                 // Dropping the Arc stops the instances once in-flight requests finish.
@@ -232,28 +215,19 @@ impl ModelRepositoryManager {
 
     /// Unloads everything (used at shutdown, after the front ends stopped).
     pub fn unload_all(&self) {
-        let mut models = self
-            .models
-            .write()
-            .expect("model table lock is never poisoned");
+        let mut models = self.models.write().expect("model table lock is never poisoned");
         models.clear();
     }
 
     /// A ready model version; `None` picks the highest ready version.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
-        let models = self
-            .models
-            .read()
-            .expect("model table lock is never poisoned");
-        let unknown =
-            || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
+        let models = self.models.read().expect("model table lock is never poisoned");
+        let unknown = || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
         let entry = models.get(name).ok_or_else(unknown)?;
         match version {
             Some(v) => {
                 let version_entry = entry.versions.get(&v).ok_or_else(|| {
-                    Error::not_found(format!(
-                        "Request for unknown model: '{name}' version {v} is not found"
-                    ))
+                    Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))
                 })?;
                 version_entry.model.clone().ok_or_else(|| {
                     Error::unavailable(format!(
@@ -270,20 +244,24 @@ impl ModelRepositoryManager {
                     if entry.versions.is_empty() && entry.whole.is_none() {
                         unknown()
                     } else {
-                        Error::not_found(format!(
-                            "Request for unknown model: '{name}' has no available versions"
-                        ))
+                        Error::not_found(format!("Request for unknown model: '{name}' has no available versions"))
                     }
                 }),
         }
     }
 
+    /// Every ready model version, by name then version.
+    pub fn ready_models(&self) -> Vec<Arc<Model>> {
+        let models = self.models.read().expect("model table lock is never poisoned");
+        models
+            .values()
+            .flat_map(|entry| entry.versions.values().filter_map(|v| v.model.clone()))
+            .collect()
+    }
+
     /// The ready versions of a model, ascending.
     pub fn ready_versions(&self, name: &str) -> Vec<i64> {
-        let models = self
-            .models
-            .read()
-            .expect("model table lock is never poisoned");
+        let models = self.models.read().expect("model table lock is never poisoned");
         models.get(name).map_or_else(Vec::new, |entry| {
             entry
                 .versions
@@ -297,10 +275,7 @@ impl ModelRepositoryManager {
     /// Every model in the repositories and every model known to the manager.
     pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
         let mut names: Vec<String> = self.repository.scan()?.into_keys().collect();
-        let models = self
-            .models
-            .read()
-            .expect("model table lock is never poisoned");
+        let models = self.models.read().expect("model table lock is never poisoned");
         names.extend(models.keys().cloned());
         names.sort();
         names.dedup();
@@ -314,10 +289,7 @@ impl ModelRepositoryManager {
                     reason: String::new(),
                 }),
                 Some(entry) if entry.versions.is_empty() => {
-                    let (state, reason) = entry
-                        .whole
-                        .clone()
-                        .unwrap_or((ModelState::Unavailable, String::new()));
+                    let (state, reason) = entry.whole.clone().unwrap_or((ModelState::Unavailable, String::new()));
                     rows.push(IndexEntry {
                         name,
                         version: None,
@@ -357,10 +329,7 @@ impl ModelRepositoryManager {
     }
 
     fn set_whole(&self, name: &str, state: ModelState, reason: &str) {
-        let mut models = self
-            .models
-            .write()
-            .expect("model table lock is never poisoned");
+        let mut models = self.models.write().expect("model table lock is never poisoned");
         let entry = models.entry(name.to_string()).or_default();
         entry.versions.clear();
         entry.whole = Some((state, reason.to_string()));

@@ -10,9 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nereid_proto::inference::{
-    ModelConfig, ModelVersionPolicy, model_version_policy::PolicyChoice,
-};
+use nereid_proto::inference::{ModelConfig, ModelVersionPolicy, model_version_policy::PolicyChoice};
 
 use crate::error::{Error, Result};
 use crate::model_config::text;
@@ -43,12 +41,8 @@ impl Repository {
     pub fn scan(&self) -> Result<BTreeMap<String, Result<PathBuf>>> {
         let mut models: BTreeMap<String, Result<PathBuf>> = BTreeMap::new();
         for root in &self.roots {
-            let entries = std::fs::read_dir(root).map_err(|e| {
-                Error::internal(format!(
-                    "failed to read model repository '{}': {e}",
-                    root.display()
-                ))
-            })?;
+            let entries = std::fs::read_dir(root)
+                .map_err(|e| Error::internal(format!("failed to read model repository '{}': {e}", root.display())))?;
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if name.starts_with('.') || !entry.path().is_dir() {
@@ -100,8 +94,8 @@ impl ModelFiles {
             }
         };
         let mut versions = BTreeMap::new();
-        let entries = std::fs::read_dir(dir)
-            .map_err(|e| Error::internal(format!("failed to read '{}': {e}", dir.display())))?;
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| Error::internal(format!("failed to read '{}': {e}", dir.display())))?;
         for entry in entries.flatten() {
             let path = entry.path();
             let Some(version) = entry
@@ -175,25 +169,12 @@ mod tests {
         let available = [1, 2, 5];
         assert_eq!(select_versions(None, &available).unwrap(), vec![5]);
         let latest2 = policy(PolicyChoice::Latest(Latest { num_versions: 2 }));
-        assert_eq!(
-            select_versions(Some(&latest2), &available).unwrap(),
-            vec![2, 5]
-        );
+        assert_eq!(select_versions(Some(&latest2), &available).unwrap(), vec![2, 5]);
         let all = policy(PolicyChoice::All(All {}));
-        assert_eq!(
-            select_versions(Some(&all), &available).unwrap(),
-            vec![1, 2, 5]
-        );
-        let specific = policy(PolicyChoice::Specific(Specific {
-            versions: vec![5, 1],
-        }));
-        assert_eq!(
-            select_versions(Some(&specific), &available).unwrap(),
-            vec![1, 5]
-        );
-        let partly = policy(PolicyChoice::Specific(Specific {
-            versions: vec![3, 5],
-        }));
+        assert_eq!(select_versions(Some(&all), &available).unwrap(), vec![1, 2, 5]);
+        let specific = policy(PolicyChoice::Specific(Specific { versions: vec![5, 1] }));
+        assert_eq!(select_versions(Some(&specific), &available).unwrap(), vec![1, 5]);
+        let partly = policy(PolicyChoice::Specific(Specific { versions: vec![3, 5] }));
         assert_eq!(select_versions(Some(&partly), &available).unwrap(), vec![5]);
         let missing = policy(PolicyChoice::Specific(Specific { versions: vec![3] }));
         assert!(select_versions(Some(&missing), &available).is_err());
@@ -210,10 +191,7 @@ mod tests {
         std::fs::create_dir_all(model.join("02")).unwrap();
         std::fs::write(model.join("config.pbtxt"), "name: \"m\" max_batch_size: 2").unwrap();
         let files = ModelFiles::read(&model).unwrap();
-        assert_eq!(
-            files.versions.keys().copied().collect::<Vec<_>>(),
-            vec![1, 3]
-        );
+        assert_eq!(files.versions.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(files.config.unwrap().max_batch_size, 2);
         let repo = Repository::new(vec![root.clone()]);
         assert!(repo.scan().unwrap().contains_key("m"));

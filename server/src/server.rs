@@ -15,14 +15,17 @@ use crate::model_config::{input_datatype, output_datatype};
 use crate::model_repository_manager::{IndexEntry, ModelRepositoryManager};
 use crate::request::InferRequest;
 use crate::response::InferResponse;
+use crate::statistics::StatsSnapshot;
 
 /// The protocol extensions this server implements, as `/v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
     "model_repository",
+    "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
+    "statistics",
 ];
 
 /// `/v2` server metadata.
@@ -50,6 +53,14 @@ pub struct ModelMetadata {
     pub platform: String,
     pub inputs: Vec<TensorMetadata>,
     pub outputs: Vec<TensorMetadata>,
+}
+
+/// One version's statistics, as the statistics extension reports it.
+#[derive(Debug, Clone)]
+pub struct VersionStatistics {
+    pub name: String,
+    pub version: i64,
+    pub stats: StatsSnapshot,
 }
 
 pub struct InferenceServer {
@@ -105,11 +116,7 @@ impl InferenceServer {
         let model = self.model(name, version)?;
         let config = model.config();
         let versions = if version.is_empty() {
-            self.manager
-                .ready_versions(name)
-                .iter()
-                .map(i64::to_string)
-                .collect()
+            self.manager.ready_versions(name).iter().map(i64::to_string).collect()
         } else {
             vec![model.version().to_string()]
         };
@@ -163,10 +170,36 @@ impl InferenceServer {
         if !self.is_ready() {
             return Err(Error::unavailable("Server not ready"));
         }
-        let model = self
-            .manager
-            .get(&request.model_name, request.model_version)?;
+        let model = self.manager.get(&request.model_name, request.model_version)?;
         model.infer(request).await
+    }
+
+    /// Statistics of the ready versions of one model (`name` given) or of
+    /// every model; `version` "" means every ready version.
+    pub fn statistics(&self, name: Option<&str>, version: &str) -> Result<Vec<VersionStatistics>> {
+        let models: Vec<Arc<Model>> = match name {
+            Some(name) if !version.is_empty() => vec![self.model(name, version)?],
+            Some(name) => {
+                let versions = self.manager.ready_versions(name);
+                if versions.is_empty() {
+                    // Reports the right "unknown model" error.
+                    self.model(name, "")?;
+                }
+                versions
+                    .into_iter()
+                    .filter_map(|v| self.manager.get(name, Some(v)).ok())
+                    .collect()
+            }
+            None => self.manager.ready_models(),
+        };
+        Ok(models
+            .into_iter()
+            .map(|m| VersionStatistics {
+                name: m.name().to_string(),
+                version: m.version(),
+                stats: m.statistics().snapshot(),
+            })
+            .collect())
     }
 
     pub fn repository_index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {

@@ -39,9 +39,9 @@ impl Tensor {
         let count = self.element_count()?;
         match self.datatype.byte_size() {
             Some(size) => {
-                let expected = count.checked_mul(size).ok_or_else(|| {
-                    Error::invalid(format!("tensor '{}' is too large", self.name))
-                })?;
+                let expected = count
+                    .checked_mul(size)
+                    .ok_or_else(|| Error::invalid(format!("tensor '{}' is too large", self.name)))?;
                 if self.data.len() != expected {
                     return Err(Error::invalid(format!(
                         "unexpected byte size for input '{}': expected {expected} bytes for shape {:?} of {}, got {}",
@@ -54,8 +54,8 @@ impl Tensor {
                 Ok(())
             }
             None => {
-                let found = count_bytes_elements(&self.data)
-                    .map_err(|e| e.context(format!("input '{}'", self.name)))?;
+                let found =
+                    count_bytes_elements(&self.data).map_err(|e| e.context(format!("input '{}'", self.name)))?;
                 if found != count {
                     return Err(Error::invalid(format!(
                         "unexpected number of string elements for input '{}': expected {count} for shape {:?}, got {found}",
@@ -72,8 +72,8 @@ impl Tensor {
 pub fn element_count(shape: &[i64]) -> Result<usize> {
     let mut count: usize = 1;
     for &dim in shape {
-        let dim = usize::try_from(dim)
-            .map_err(|_| Error::invalid(format!("shape {shape:?} has a negative dimension")))?;
+        let dim =
+            usize::try_from(dim).map_err(|_| Error::invalid(format!("shape {shape:?} has a negative dimension")))?;
         count = count
             .checked_mul(dim)
             .ok_or_else(|| Error::invalid(format!("shape {shape:?} is too large")))?;
@@ -115,8 +115,7 @@ pub fn count_bytes_elements(data: &[u8]) -> Result<usize> {
 
 /// Appends one element to a serialized BYTES tensor.
 pub fn push_bytes_element(out: &mut Vec<u8>, element: &[u8]) -> Result<()> {
-    let len = u32::try_from(element.len())
-        .map_err(|_| Error::invalid("a BYTES element is longer than 4 GiB"))?;
+    let len = u32::try_from(element.len()).map_err(|_| Error::invalid("a BYTES element is longer than 4 GiB"))?;
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(element);
     Ok(())
@@ -138,10 +137,7 @@ mod tests {
     fn bytes_round_trip() {
         let data = serialize(&[b"", b"abc", "h\u{e9}llo".as_bytes(), &[0xff, 0x00]]);
         let back: Vec<&[u8]> = bytes_elements(&data).collect::<Result<_>>().unwrap();
-        assert_eq!(
-            back,
-            vec![&b""[..], b"abc", "h\u{e9}llo".as_bytes(), &[0xff, 0x00]]
-        );
+        assert_eq!(back, vec![&b""[..], b"abc", "h\u{e9}llo".as_bytes(), &[0xff, 0x00]]);
         assert_eq!(count_bytes_elements(&data).unwrap(), 4);
     }
 
@@ -162,19 +158,9 @@ mod tests {
         let t = Tensor::new("X", DataType::Int32, vec![2, 3], Bytes::from(vec![0u8; 16]));
         let err = t.check_data_size().unwrap_err();
         assert!(err.message().contains("'X'"), "{err}");
-        let t = Tensor::new(
-            "S",
-            DataType::Bytes,
-            vec![2],
-            Bytes::from(serialize(&[b"a"])),
-        );
+        let t = Tensor::new("S", DataType::Bytes, vec![2], Bytes::from(serialize(&[b"a"])));
         assert!(t.check_data_size().is_err());
-        let t = Tensor::new(
-            "S",
-            DataType::Bytes,
-            vec![1],
-            Bytes::from(serialize(&[b"a"])),
-        );
+        let t = Tensor::new("S", DataType::Bytes, vec![1], Bytes::from(serialize(&[b"a"])));
         t.check_data_size().unwrap();
     }
 

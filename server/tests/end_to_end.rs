@@ -74,19 +74,12 @@ async fn simple_over_http_and_grpc() {
         .unwrap();
     let outputs = reply["outputs"].as_array().unwrap();
     let by_name = |name: &str| outputs.iter().find(|o| o["name"] == name).unwrap().clone();
-    assert_eq!(
-        by_name("OUTPUT0")["data"],
-        json!((1..17).collect::<Vec<i32>>())
-    );
-    assert_eq!(
-        by_name("OUTPUT1")["data"],
-        json!((-1..15).collect::<Vec<i32>>())
-    );
+    assert_eq!(by_name("OUTPUT0")["data"], json!((1..17).collect::<Vec<i32>>()));
+    assert_eq!(by_name("OUTPUT1")["data"], json!((-1..15).collect::<Vec<i32>>()));
     assert_eq!(by_name("OUTPUT0")["shape"], json!([1, 16]));
 
     // A bad request gets its error, and the next good one still succeeds.
-    let bad =
-        json!({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a}]});
+    let bad = json!({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a}]});
     let response = http
         .post(format!("{}/v2/models/simple/infer", server.http))
         .json(&bad)
@@ -103,9 +96,7 @@ async fn simple_over_http_and_grpc() {
         "{error}"
     );
 
-    let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone())
-        .await
-        .unwrap();
+    let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone()).await.unwrap();
     let raw = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let tensor = |name: &str| InferInputTensor {
         name: name.into(),
@@ -168,10 +159,7 @@ async fn simple_over_http_and_grpc() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(
-        &response.raw_output_contents[0][..],
-        b"\0\0\0\0\x07\0\0\0n\xc3\xa9reid"
-    );
+    assert_eq!(&response.raw_output_contents[0][..], b"\0\0\0\0\x07\0\0\0n\xc3\xa9reid");
 
     assert!(server.terminate().success());
 }
@@ -247,10 +235,7 @@ async fn repository_api_loads_overrides_and_unloads() {
         .unwrap();
     assert_eq!(bad.status(), 400);
     let error: Value = bad.json().await.unwrap();
-    assert!(
-        error["error"].as_str().unwrap().contains("max_batch_size"),
-        "{error}"
-    );
+    assert!(error["error"].as_str().unwrap().contains("max_batch_size"), "{error}");
     let ready = http
         .get(format!("{}/v2/models/add_sub/ready", server.http))
         .send()
@@ -259,9 +244,7 @@ async fn repository_api_loads_overrides_and_unloads() {
     assert_eq!(ready.status(), 200);
 
     // The gRPC index agrees.
-    let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone())
-        .await
-        .unwrap();
+    let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone()).await.unwrap();
     let models = grpc
         .repository_index(RepositoryIndexRequest::default())
         .await
@@ -271,10 +254,7 @@ async fn repository_api_loads_overrides_and_unloads() {
     assert_eq!(models[0].state, "READY");
 
     let unload = http
-        .post(format!(
-            "{}/v2/repository/models/add_sub/unload",
-            server.http
-        ))
+        .post(format!("{}/v2/repository/models/add_sub/unload", server.http))
         .send()
         .await
         .unwrap();
@@ -320,10 +300,7 @@ async fn broken_models_are_unavailable_and_the_rest_serve() {
     assert_eq!(row("good")["state"], "READY");
     assert_eq!(row("syntax")["state"], "UNAVAILABLE");
     assert!(
-        row("syntax")["reason"]
-            .as_str()
-            .unwrap()
-            .contains("config.pbtxt"),
+        row("syntax")["reason"].as_str().unwrap().contains("config.pbtxt"),
         "{index}"
     );
     assert_eq!(row("unknown_backend")["state"], "UNAVAILABLE");
@@ -385,10 +362,7 @@ async fn model_without_config_is_completed_from_the_onnx_file() {
     assert_eq!(config["input"][0]["name"], "INPUT0");
     assert_eq!(config["input"][0]["data_type"], "TYPE_INT32");
     assert_eq!(config["input"][0]["dims"], json!([16]));
-    assert_eq!(
-        config["dynamic_batching"]["preferred_batch_size"],
-        json!([4])
-    );
+    assert_eq!(config["dynamic_batching"]["preferred_batch_size"], json!([4]));
     assert!(server.terminate().success());
 }
 
@@ -407,26 +381,16 @@ async fn sigterm_lets_in_flight_requests_finish() {
     let server = TestServer::start(&repo, &[]);
     let url = format!("{}/v2/models/slow/infer", server.http);
     let body = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.5, -2.0]}]});
-    let request =
-        tokio::spawn(async move { reqwest::Client::new().post(url).json(&body).send().await });
+    let request = tokio::spawn(async move { reqwest::Client::new().post(url).json(&body).send().await });
     // Let the request reach the instance, then ask the server to stop.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let http = server.http.clone();
-    let status = tokio::task::spawn_blocking(move || server.terminate())
-        .await
-        .unwrap();
+    let status = tokio::task::spawn_blocking(move || server.terminate()).await.unwrap();
     assert!(status.success(), "{status:?}");
-    let response = request
-        .await
-        .unwrap()
-        .expect("the in-flight request got its answer");
+    let response = request.await.unwrap().expect("the in-flight request got its answer");
     assert_eq!(response.status(), 200);
     let reply: Value = response.json().await.unwrap();
     assert_eq!(reply["outputs"][0]["data"], json!([1.5, -2.0]));
     // And the server is gone.
-    assert!(
-        reqwest::get(format!("{http}/v2/health/live"))
-            .await
-            .is_err()
-    );
+    assert!(reqwest::get(format!("{http}/v2/health/live")).await.is_err());
 }

@@ -9,10 +9,13 @@ use bytes::Bytes;
 use half::{bf16, f16};
 use nereid_proto::inference::ModelConfig;
 
-use super::{Backend, InstanceSpec, ModelInstance};
+use std::time::{Duration, Instant};
+
+use super::{Backend, BatchInput, Execution, InstanceSpec, ModelInstance};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::model_config::autocomplete::ModelSignature;
+use crate::statistics::ComputeTiming;
 use crate::tensor::Tensor;
 
 /// Triton's identity backend: input `i` comes back as output `i`.
@@ -51,7 +54,9 @@ impl Backend for IdentityBackend {
         let delay = match crate::model_config::parameter(config, "execute_delay_ms") {
             None => None,
             Some(ms) => Some(std::time::Duration::from_millis(ms.parse().map_err(|_| {
-                Error::invalid(format!("parameter 'execute_delay_ms' must be a whole number of milliseconds, got '{ms}'"))
+                Error::invalid(format!(
+                    "parameter 'execute_delay_ms' must be a whole number of milliseconds, got '{ms}'"
+                ))
             })?)),
         };
         Ok(Box::new(Identity { pairs, delay }))
@@ -65,10 +70,8 @@ struct Identity {
 }
 
 impl ModelInstance for Identity {
-    fn execute(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        if let Some(delay) = self.delay {
-            std::thread::sleep(delay);
-        }
+    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
+        let started = Instant::now();
         let mut outputs = Vec::with_capacity(self.pairs.len());
         for (input_name, output_name) in &self.pairs {
             // An optional input that was not sent yields no output.
@@ -77,11 +80,22 @@ impl ModelInstance for Identity {
                     output_name.clone(),
                     t.datatype,
                     t.shape.clone(),
-                    t.data.clone(),
+                    t.contiguous(),
                 ));
             }
         }
-        Ok(outputs)
+        let input = started.elapsed();
+        if let Some(delay) = self.delay {
+            std::thread::sleep(delay);
+        }
+        Ok(Execution {
+            outputs,
+            timing: ComputeTiming {
+                input,
+                infer: started.elapsed() - input,
+                output: Duration::ZERO,
+            },
+        })
     }
 }
 
@@ -97,9 +111,7 @@ impl Backend for AddSubBackend {
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
         let config = spec.config;
         if config.input.len() != 2 || config.output.len() != 2 {
-            return Err(Error::invalid(
-                "add_sub model needs exactly two inputs and two outputs",
-            ));
+            return Err(Error::invalid("add_sub model needs exactly two inputs and two outputs"));
         }
         let datatype = DataType::from_config(config.input[0].data_type)
             .filter(|t| t.byte_size().is_some() && *t != DataType::Bool)
@@ -129,7 +141,8 @@ struct AddSub {
 }
 
 impl ModelInstance for AddSub {
-    fn execute(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
+        let started = Instant::now();
         let find = |name: &str| {
             inputs
                 .iter()
@@ -144,16 +157,20 @@ impl ModelInstance for AddSub {
                 a.name, a.shape, b.name, b.shape
             )));
         }
-        let (sum, difference) = add_sub(self.datatype, &a.data, &b.data)?;
-        Ok(vec![
-            Tensor::new(self.outputs[0].clone(), self.datatype, a.shape.clone(), sum),
-            Tensor::new(
-                self.outputs[1].clone(),
-                self.datatype,
-                a.shape.clone(),
-                difference,
-            ),
-        ])
+        let (a_data, b_data) = (a.contiguous(), b.contiguous());
+        let input = started.elapsed();
+        let (sum, difference) = add_sub(self.datatype, &a_data, &b_data)?;
+        Ok(Execution {
+            outputs: vec![
+                Tensor::new(self.outputs[0].clone(), self.datatype, a.shape.clone(), sum),
+                Tensor::new(self.outputs[1].clone(), self.datatype, a.shape.clone(), difference),
+            ],
+            timing: ComputeTiming {
+                input,
+                infer: started.elapsed() - input,
+                output: Duration::ZERO,
+            },
+        })
     }
 }
 
@@ -179,8 +196,7 @@ fn add_sub(datatype: DataType, a: &[u8], b: &[u8]) -> Result<(Bytes, Bytes)> {
     }
     macro_rules! float {
         ($t:ty) => {
-            apply!($t, size_of::<$t>(), |x: $t, y: $t| x + y, |x: $t, y: $t| x
-                - y)
+            apply!($t, size_of::<$t>(), |x: $t, y: $t| x + y, |x: $t, y: $t| x - y)
         };
     }
     Ok(match datatype {
@@ -197,9 +213,7 @@ fn add_sub(datatype: DataType, a: &[u8], b: &[u8]) -> Result<(Bytes, Bytes)> {
         DataType::Fp32 => float!(f32),
         DataType::Fp64 => float!(f64),
         DataType::Bool | DataType::Bytes => {
-            return Err(Error::unsupported(format!(
-                "add_sub does not support {datatype}"
-            )));
+            return Err(Error::unsupported(format!("add_sub does not support {datatype}")));
         }
     })
 }
@@ -220,12 +234,7 @@ mod tests {
     }
 
     fn ints(values: &[i32]) -> Bytes {
-        Bytes::from(
-            values
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<_>>(),
-        )
+        Bytes::from(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())
     }
 
     #[test]
@@ -239,15 +248,16 @@ mod tests {
         let mut instance = AddSubBackend.create_instance(spec(&config)).unwrap();
         let out = instance
             .execute(vec![
-                Tensor::new(
+                BatchInput::single(Tensor::new(
                     "INPUT0",
                     DataType::Int32,
                     vec![1, 3],
                     ints(&[1, 2, i32::MAX]),
-                ),
-                Tensor::new("INPUT1", DataType::Int32, vec![1, 3], ints(&[10, 20, 1])),
+                )),
+                BatchInput::single(Tensor::new("INPUT1", DataType::Int32, vec![1, 3], ints(&[10, 20, 1]))),
             ])
-            .unwrap();
+            .unwrap()
+            .outputs;
         assert_eq!(out[0].name, "OUTPUT0");
         assert_eq!(out[0].data, ints(&[11, 22, i32::MIN]));
         assert_eq!(out[1].data, ints(&[-9, -18, i32::MAX - 1]));
@@ -276,17 +286,15 @@ mod tests {
         let mut instance = IdentityBackend.create_instance(spec(&config)).unwrap();
         let data = Bytes::from_static(&[1, 0, 0, 0, b'x']);
         let out = instance
-            .execute(vec![Tensor::new(
+            .execute(vec![BatchInput::single(Tensor::new(
                 "IN",
                 DataType::Bytes,
                 vec![1],
                 data.clone(),
-            )])
-            .unwrap();
-        assert_eq!(
-            out,
-            vec![Tensor::new("OUT", DataType::Bytes, vec![1], data)]
-        );
+            ))])
+            .unwrap()
+            .outputs;
+        assert_eq!(out, vec![Tensor::new("OUT", DataType::Bytes, vec![1], data)]);
     }
 
     #[test]

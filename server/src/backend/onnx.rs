@@ -7,6 +7,7 @@
 
 use std::path::Path;
 use std::sync::OnceLock;
+use std::time::Instant;
 
 use bytes::Bytes;
 use half::{bf16, f16};
@@ -17,10 +18,11 @@ use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
 
-use super::{Backend, Device, InstanceSpec, ModelInstance, model_file};
+use super::{Backend, BatchInput, Device, Execution, InstanceSpec, ModelInstance, model_file};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::model_config::autocomplete::{ModelSignature, TensorSignature};
+use crate::statistics::ComputeTiming;
 use crate::tensor::{Tensor, bytes_elements, push_bytes_element};
 
 static ENVIRONMENT: OnceLock<std::result::Result<Environment, String>> = OnceLock::new();
@@ -40,9 +42,8 @@ pub fn init(library: Option<&Path>) -> std::result::Result<(), String> {
                 library.display()
             ));
         }
-        let builder = ort::init_from(library).map_err(|e| {
-            format!("failed to load ONNX Runtime from '{}': {e}", library.display())
-        })?;
+        let builder = ort::init_from(library)
+            .map_err(|e| format!("failed to load ONNX Runtime from '{}': {e}", library.display()))?;
         builder
             .with_name("nereid")
             .build()
@@ -62,61 +63,29 @@ fn environment() -> Result<&'static Environment> {
 pub struct OnnxRuntimeBackend;
 
 impl Backend for OnnxRuntimeBackend {
-    fn signature(
-        &self,
-        config: &ModelConfig,
-        version_dir: &Path,
-    ) -> Result<Option<ModelSignature>> {
+    fn signature(&self, config: &ModelConfig, version_dir: &Path) -> Result<Option<ModelSignature>> {
         // Reading the signature needs a session; one thread keeps it cheap.
         let session = open(config, version_dir, Device::Cpu, 1)?;
         let tensor = |name: &str, value_type: &ValueType| TensorSignature {
             name: name.to_string(),
             datatype: value_type.tensor_type().and_then(to_datatype),
-            dims: value_type
-                .tensor_shape()
-                .map(|s| s.to_vec())
-                .unwrap_or_default(),
+            dims: value_type.tensor_shape().map(|s| s.to_vec()).unwrap_or_default(),
         };
         Ok(Some(ModelSignature {
-            inputs: session
-                .inputs()
-                .iter()
-                .map(|o| tensor(o.name(), o.dtype()))
-                .collect(),
-            outputs: session
-                .outputs()
-                .iter()
-                .map(|o| tensor(o.name(), o.dtype()))
-                .collect(),
+            inputs: session.inputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
+            outputs: session.outputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
         }))
     }
 
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
-        let session = open(
-            spec.config,
-            spec.version_dir,
-            spec.device,
-            spec.intra_op_threads,
-        )?;
-        let output_names = session
-            .outputs()
-            .iter()
-            .map(|o| o.name().to_string())
-            .collect();
-        Ok(Box::new(OnnxInstance {
-            session,
-            output_names,
-        }))
+        let session = open(spec.config, spec.version_dir, spec.device, spec.intra_op_threads)?;
+        let output_names = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        Ok(Box::new(OnnxInstance { session, output_names }))
     }
 }
 
 /// Creates a session for a version's model file with the config's settings.
-fn open(
-    config: &ModelConfig,
-    version_dir: &Path,
-    device: Device,
-    threads: usize,
-) -> Result<Session> {
+fn open(config: &ModelConfig, version_dir: &Path, device: Device, threads: usize) -> Result<Session> {
     let path = model_file(config, version_dir, "model.onnx");
     if !path.is_file() {
         return Err(Error::invalid(format!(
@@ -127,25 +96,18 @@ fn open(
     let ort_error = |e: ort::Error| Error::internal(format!("ONNX Runtime: {e}"));
     let mut builder: SessionBuilder = Session::builder(environment()?).map_err(ort_error)?;
     let builder_error = |e: ort::Error<SessionBuilder>| ort_error(e.into());
-    builder = builder
-        .with_intra_threads(threads.max(1))
-        .map_err(builder_error)?;
+    builder = builder.with_intra_threads(threads.max(1)).map_err(builder_error)?;
     builder = builder.with_inter_threads(1).map_err(builder_error)?;
     builder = builder
         .with_optimization_level(GraphOptimizationLevel::All)
         .map_err(builder_error)?;
     let providers = execution_providers(config, device);
     if !providers.is_empty() {
-        builder = builder
-            .with_execution_providers(providers)
-            .map_err(builder_error)?;
+        builder = builder.with_execution_providers(providers).map_err(builder_error)?;
     }
-    builder.commit_from_file(&path).map_err(|e| {
-        Error::invalid(format!(
-            "failed to load ONNX model '{}': {e}",
-            path.display()
-        ))
-    })
+    builder
+        .commit_from_file(&path)
+        .map_err(|e| Error::invalid(format!("failed to load ONNX model '{}': {e}", path.display())))
 }
 
 /// The execution providers for an instance: CUDA on a GPU instance, with
@@ -159,11 +121,7 @@ fn execution_providers(config: &ModelConfig, device: Device) -> Vec<ExecutionPro
         .optimization
         .as_ref()
         .and_then(|o| o.execution_accelerators.as_ref())
-        .is_some_and(|a| {
-            a.gpu_execution_accelerator
-                .iter()
-                .any(|acc| acc.name == "tensorrt")
-        });
+        .is_some_and(|a| a.gpu_execution_accelerator.iter().any(|acc| acc.name == "tensorrt"));
     let mut providers = Vec::new();
     if wants_tensorrt {
         providers.push(
@@ -173,12 +131,7 @@ fn execution_providers(config: &ModelConfig, device: Device) -> Vec<ExecutionPro
                 .error_on_failure(),
         );
     }
-    providers.push(
-        ort::ep::CUDA::default()
-            .with_device_id(id)
-            .build()
-            .error_on_failure(),
-    );
+    providers.push(ort::ep::CUDA::default().with_device_id(id).build().error_on_failure());
     providers
 }
 
@@ -208,43 +161,52 @@ struct OnnxInstance {
 }
 
 impl ModelInstance for OnnxInstance {
-    fn execute(&mut self, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
+        let started = Instant::now();
         let mut values: Vec<(String, DynValue)> = Vec::with_capacity(inputs.len());
         for input in &inputs {
             values.push((input.name.clone(), to_ort(input)?));
         }
+        let input_done = Instant::now();
         let outputs = self
             .session
             .run(values)
             .map_err(|e| Error::internal(format!("ONNX Runtime failed to run: {e}")))?;
+        let infer_done = Instant::now();
         let mut result = Vec::with_capacity(self.output_names.len());
         for name in &self.output_names {
-            let value = outputs.get(name).ok_or_else(|| {
-                Error::internal(format!("ONNX Runtime returned no output '{name}'"))
-            })?;
+            let value = outputs
+                .get(name)
+                .ok_or_else(|| Error::internal(format!("ONNX Runtime returned no output '{name}'")))?;
             result.push(from_ort(name, value)?);
         }
-        Ok(result)
+        Ok(Execution {
+            outputs: result,
+            timing: ComputeTiming {
+                input: input_done - started,
+                infer: infer_done - input_done,
+                output: infer_done.elapsed(),
+            },
+        })
     }
 }
 
-/// Copies a tensor into an ONNX Runtime value (the one copy on the way in).
-fn to_ort(t: &Tensor) -> Result<DynValue> {
+/// Copies a batch input into an ONNX Runtime value: each request's piece
+/// goes straight into the tensor's buffer, the one copy on the way in.
+fn to_ort(t: &BatchInput) -> Result<DynValue> {
     let shape = t.shape.clone();
     let fail = |e: ort::Error| Error::invalid(format!("input '{}': {e}", t.name));
     macro_rules! pod {
-        ($ty:ty) => {
-            OrtTensor::from_array((shape, bytemuck::pod_collect_to_vec::<u8, $ty>(&t.data)))
-                .map(|v| v.into_dyn())
-                .map_err(fail)
-        };
+        ($ty:ty) => {{
+            let mut data: Vec<$ty> = vec![<$ty as bytemuck::Zeroable>::zeroed(); t.byte_len() / size_of::<$ty>()];
+            t.copy_into(bytemuck::cast_slice_mut(&mut data));
+            OrtTensor::from_array((shape, data)).map(|v| v.into_dyn()).map_err(fail)
+        }};
     }
     match t.datatype {
         DataType::Bool => {
-            let data: Vec<bool> = t.data.iter().map(|b| *b != 0).collect();
-            OrtTensor::from_array((shape, data))
-                .map(|v| v.into_dyn())
-                .map_err(fail)
+            let data: Vec<bool> = t.parts.iter().flat_map(|p| p.iter().map(|b| *b != 0)).collect();
+            OrtTensor::from_array((shape, data)).map(|v| v.into_dyn()).map_err(fail)
         }
         DataType::Uint8 => pod!(u8),
         DataType::Uint16 => pod!(u16),
@@ -260,18 +222,15 @@ fn to_ort(t: &Tensor) -> Result<DynValue> {
         DataType::Fp64 => pod!(f64),
         DataType::Bytes => {
             // ONNX strings are UTF-8; Triton's BYTES may be any bytes.
-            let strings = bytes_elements(&t.data)
-                .map(|e| {
-                    e.and_then(|e| {
-                        std::str::from_utf8(e).map(str::to_owned).map_err(|_| {
-                            Error::invalid(format!(
-                                "input '{}': ONNX string tensors must be valid UTF-8",
-                                t.name
-                            ))
-                        })
-                    })
-                })
-                .collect::<Result<Vec<String>>>()?;
+            let mut strings = Vec::new();
+            for part in &t.parts {
+                for element in bytes_elements(part) {
+                    let text = std::str::from_utf8(element?).map_err(|_| {
+                        Error::invalid(format!("input '{}': ONNX string tensors must be valid UTF-8", t.name))
+                    })?;
+                    strings.push(text.to_owned());
+                }
+            }
             OrtTensor::from_string_array((shape, strings.as_slice()))
                 .map(|v| v.into_dyn())
                 .map_err(fail)
@@ -294,10 +253,7 @@ fn from_ort(name: &str, value: &DynValue) -> Result<Tensor> {
     macro_rules! pod {
         ($ty:ty) => {{
             let (shape, data) = value.try_extract_tensor::<$ty>().map_err(fail)?;
-            (
-                shape.to_vec(),
-                Bytes::copy_from_slice(bytemuck::cast_slice(data)),
-            )
+            (shape.to_vec(), Bytes::copy_from_slice(bytemuck::cast_slice(data)))
         }};
     }
     let (shape, data) = match datatype {
@@ -305,10 +261,7 @@ fn from_ort(name: &str, value: &DynValue) -> Result<Tensor> {
             let (shape, data) = value.try_extract_tensor::<bool>().map_err(fail)?;
             (
                 shape.to_vec(),
-                data.iter()
-                    .map(|b| u8::from(*b))
-                    .collect::<Vec<u8>>()
-                    .into(),
+                data.iter().map(|b| u8::from(*b)).collect::<Vec<u8>>().into(),
             )
         }
         DataType::Uint8 => pod!(u8),

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use nereid_proto::inference::{
-    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
-    infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
+    InferBatchStatistics, InferParameter, InferStatistics, InferTensorContents, ModelInferRequest, ModelInferResponse,
+    ModelStatistics, StatisticDuration, infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
 };
 
 use crate::datatype::DataType;
@@ -18,7 +18,8 @@ use crate::error::{Error, Result};
 use crate::parameter::{Parameter, Parameters};
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
-use crate::server::parse_version;
+use crate::server::{VersionStatistics, parse_version};
+use crate::statistics::StatDuration;
 use crate::tensor::{Tensor, push_bytes_element};
 
 pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
@@ -106,12 +107,7 @@ fn parameters(map: &HashMap<String, InferParameter>) -> Parameters {
 }
 
 /// Serialises typed `contents` into the raw little-endian layout.
-fn from_contents(
-    name: &str,
-    model: &str,
-    datatype: DataType,
-    c: InferTensorContents,
-) -> Result<Bytes> {
+fn from_contents(name: &str, model: &str, datatype: DataType, c: InferTensorContents) -> Result<Bytes> {
     let mut out = Vec::new();
     let narrow = |what: &str| {
         Error::invalid(format!(
@@ -195,17 +191,52 @@ pub fn response(response: InferResponse) -> ModelInferResponse {
     }
 }
 
+/// One version's statistics as `inference.ModelStatistics`.
+pub fn statistics(v: VersionStatistics) -> ModelStatistics {
+    let d = |d: StatDuration| {
+        Some(StatisticDuration {
+            count: d.count,
+            ns: d.ns,
+        })
+    };
+    let i = v.stats.inference_stats;
+    ModelStatistics {
+        name: v.name,
+        version: v.version.to_string(),
+        last_inference: v.stats.last_inference,
+        inference_count: v.stats.inference_count,
+        execution_count: v.stats.execution_count,
+        inference_stats: Some(InferStatistics {
+            success: d(i.success),
+            fail: d(i.fail),
+            queue: d(i.queue),
+            compute_input: d(i.compute_input),
+            compute_infer: d(i.compute_infer),
+            compute_output: d(i.compute_output),
+            cache_hit: d(StatDuration::default()),
+            cache_miss: d(StatDuration::default()),
+        }),
+        batch_stats: v
+            .stats
+            .batch_stats
+            .into_iter()
+            .map(|(batch_size, b)| InferBatchStatistics {
+                batch_size,
+                compute_input: d(b.compute_input),
+                compute_infer: d(b.compute_infer),
+                compute_output: d(b.compute_output),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use nereid_proto::inference::model_infer_request::InferInputTensor;
 
-    fn input(
-        name: &str,
-        datatype: &str,
-        shape: Vec<i64>,
-        contents: Option<InferTensorContents>,
-    ) -> InferInputTensor {
+    fn input(name: &str, datatype: &str, shape: Vec<i64>, contents: Option<InferTensorContents>) -> InferInputTensor {
         InferInputTensor {
             name: name.into(),
             datatype: datatype.into(),
@@ -251,12 +282,7 @@ mod tests {
     fn rejects_mixed_or_missing_data() {
         let mut message = ModelInferRequest {
             model_name: "m".into(),
-            inputs: vec![input(
-                "A",
-                "INT32",
-                vec![1],
-                Some(InferTensorContents::default()),
-            )],
+            inputs: vec![input("A", "INT32", vec![1], Some(InferTensorContents::default()))],
             raw_input_contents: vec![Bytes::from_static(&[0; 4])],
             ..Default::default()
         };

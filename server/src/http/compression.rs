@@ -63,15 +63,12 @@ pub fn decompress(encoding: Encoding, body: &[u8], limit: usize) -> Result<Bytes
         Encoding::Deflate => Box::new(ZlibDecoder::new(body)),
     };
     let mut out = Vec::new();
-    let read = reader
-        .take(limit as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| {
-            Error::invalid(format!(
-                "failed to decompress the {} request body: {e}",
-                encoding.as_str()
-            ))
-        })?;
+    let read = reader.take(limit as u64 + 1).read_to_end(&mut out).map_err(|e| {
+        Error::invalid(format!(
+            "failed to decompress the {} request body: {e}",
+            encoding.as_str()
+        ))
+    })?;
     if read > limit {
         return Err(Error::invalid(format!(
             "decompressed request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
@@ -81,20 +78,12 @@ pub fn decompress(encoding: Encoding, body: &[u8], limit: usize) -> Result<Bytes
 }
 
 pub fn compress(encoding: Encoding, body: &[u8]) -> Bytes {
-    fn finish<W: Write>(
-        mut w: W,
-        body: &[u8],
-        done: impl FnOnce(W) -> std::io::Result<Vec<u8>>,
-    ) -> Vec<u8> {
+    fn finish<W: Write>(mut w: W, body: &[u8], done: impl FnOnce(W) -> std::io::Result<Vec<u8>>) -> Vec<u8> {
         w.write_all(body).expect("writing into memory cannot fail");
         done(w).expect("writing into memory cannot fail")
     }
     let out = match encoding {
-        Encoding::Gzip => finish(
-            GzEncoder::new(Vec::new(), Compression::fast()),
-            body,
-            GzEncoder::finish,
-        ),
+        Encoding::Gzip => finish(GzEncoder::new(Vec::new(), Compression::fast()), body, GzEncoder::finish),
         Encoding::Deflate => finish(
             ZlibEncoder::new(Vec::new(), Compression::fast()),
             body,
@@ -116,11 +105,7 @@ mod tests {
             assert!(packed.len() < 200);
             assert_eq!(decompress(encoding, &packed, 10_000).unwrap(), data);
             let e = decompress(encoding, &packed, 9_999).unwrap_err();
-            assert!(
-                e.message()
-                    .contains("exceeds the maximum allowed input size"),
-                "{e}"
-            );
+            assert!(e.message().contains("exceeds the maximum allowed input size"), "{e}");
         }
         assert!(decompress(Encoding::Gzip, b"not gzip", 100).is_err());
     }
@@ -130,10 +115,7 @@ mod tests {
         assert_eq!(accepted(Some("deflate, gzip;q=0.5")), Some(Encoding::Gzip));
         assert_eq!(accepted(Some("gzip;q=0, deflate")), Some(Encoding::Deflate));
         assert_eq!(accepted(Some("br")), None);
-        assert_eq!(
-            content_encoding(Some("GZIP")).unwrap(),
-            Some(Encoding::Gzip)
-        );
+        assert_eq!(content_encoding(Some("GZIP")).unwrap(), Some(Encoding::Gzip));
         assert!(content_encoding(Some("br")).is_err());
     }
 }

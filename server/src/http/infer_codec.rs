@@ -74,12 +74,7 @@ impl BinaryOutputs {
 
 /// Parses an infer body. `header_length` is the parsed
 /// `Inference-Header-Content-Length`, if the header was present.
-pub fn decode(
-    model: &str,
-    version: Option<i64>,
-    body: Bytes,
-    header_length: Option<usize>,
-) -> Result<DecodedRequest> {
+pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Option<usize>) -> Result<DecodedRequest> {
     let (json, mut binary) = match header_length {
         None => (body, Bytes::new()),
         Some(0) => {
@@ -149,8 +144,7 @@ pub fn decode(
                 binary.split_to(size)
             }
             (None, Some(data)) => {
-                let count = element_count(&input.shape)
-                    .map_err(|e| e.context(format!("input '{}'", input.name)))?;
+                let count = element_count(&input.shape).map_err(|e| e.context(format!("input '{}'", input.name)))?;
                 json_tensor::decode(&input.name, datatype, data, count)?
             }
         };
@@ -167,10 +161,7 @@ pub fn decode(
         let output_parameters = parameters(output.parameters.as_ref())?;
         if let Some(binary) = output_parameters.get("binary_data") {
             let binary = binary.as_bool().ok_or_else(|| {
-                Error::invalid(format!(
-                    "'binary_data' of output '{}' must be a boolean",
-                    output.name
-                ))
+                Error::invalid(format!("'binary_data' of output '{}' must be a boolean", output.name))
             })?;
             binary_outputs.listed.insert(output.name.clone(), binary);
         } else {
@@ -249,10 +240,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
     for tensor in &response.outputs {
         let mut entry = Map::new();
         entry.insert("name".into(), Value::String(tensor.name.clone()));
-        entry.insert(
-            "datatype".into(),
-            Value::String(tensor.datatype.as_wire().into()),
-        );
+        entry.insert("datatype".into(), Value::String(tensor.datatype.as_wire().into()));
         entry.insert("shape".into(), Value::from(tensor.shape.clone()));
         if binary_outputs.is_binary(&tensor.name) {
             let mut parameters = Map::new();
@@ -262,10 +250,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
                 blobs.push(&tensor.data);
             }
         } else {
-            entry.insert(
-                "data".into(),
-                json_tensor::encode(tensor.datatype, &tensor.data),
-            );
+            entry.insert("data".into(), json_tensor::encode(tensor.datatype, &tensor.data));
         }
         outputs.push(Value::Object(entry));
     }
@@ -273,10 +258,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
     if !response.id.is_empty() {
         root.insert("id".into(), Value::String(response.id.clone()));
     }
-    root.insert(
-        "model_name".into(),
-        Value::String(response.model_name.clone()),
-    );
+    root.insert("model_name".into(), Value::String(response.model_name.clone()));
     root.insert(
         "model_version".into(),
         Value::String(response.model_version.to_string()),
@@ -332,26 +314,20 @@ mod tests {
         assert!(e.message().contains("expecting 4 additional bytes"), "{e}");
         let (body, len) = binary_body(json, &[0; 12]);
         let e = decode("m", None, body, len).unwrap_err();
-        assert!(
-            e.message().contains("unexpected additional input data"),
-            "{e}"
-        );
+        assert!(e.message().contains("unexpected additional input data"), "{e}");
     }
 
     #[test]
     fn rejects_malformed_requests() {
         let e = decode("m", None, Bytes::from_static(b"{not json"), None).unwrap_err();
         assert!(
-            e.message()
-                .starts_with("failed to parse the request JSON buffer"),
+            e.message().starts_with("failed to parse the request JSON buffer"),
             "{e}"
         );
         let e = decode(
             "m",
             None,
-            Bytes::from_static(
-                br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT33","data":[1]}]}"#,
-            ),
+            Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT33","data":[1]}]}"#),
             None,
         )
         .unwrap_err();
@@ -367,9 +343,7 @@ mod tests {
         let e = decode(
             "m",
             None,
-            Bytes::from_static(
-                br#"{"inputs":[{"name":"A","shape":[-2],"datatype":"INT32","data":[]}]}"#,
-            ),
+            Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[-2],"datatype":"INT32","data":[]}]}"#),
             None,
         )
         .unwrap_err();
@@ -383,18 +357,8 @@ mod tests {
             model_version: 1,
             id: "x".into(),
             outputs: vec![
-                Tensor::new(
-                    "A",
-                    DataType::Int32,
-                    vec![1],
-                    Bytes::from_static(&[5, 0, 0, 0]),
-                ),
-                Tensor::new(
-                    "B",
-                    DataType::Int32,
-                    vec![1],
-                    Bytes::from_static(&[6, 0, 0, 0]),
-                ),
+                Tensor::new("A", DataType::Int32, vec![1], Bytes::from_static(&[5, 0, 0, 0])),
+                Tensor::new("B", DataType::Int32, vec![1], Bytes::from_static(&[6, 0, 0, 0])),
             ],
             parameters: Default::default(),
         };

@@ -183,8 +183,7 @@ mod tests {
         assert!(e.message().contains("'X'"), "{e}");
         let e = decode("H", DataType::Fp16, &json!([1.0]), 1).unwrap_err();
         assert!(
-            e.message()
-                .contains("receiving FP16 data via JSON is not supported"),
+            e.message().contains("receiving FP16 data via JSON is not supported"),
             "{e}"
         );
     }

@@ -12,12 +12,7 @@ use crate::tensor::{Tensor, push_bytes_element};
 ///
 /// `batched` says whether the first dimension is the batch; `labels` are
 /// the lines of the output's `label_filename`, if it has one.
-pub fn classify(
-    output: &Tensor,
-    k: usize,
-    batched: bool,
-    labels: Option<&[String]>,
-) -> Result<Tensor> {
+pub fn classify(output: &Tensor, k: usize, batched: bool, labels: Option<&[String]>) -> Result<Tensor> {
     let values = to_f64(output)?;
     let (batch, shape_prefix) = if batched && !output.shape.is_empty() {
         let b = usize::try_from(output.shape[0]).unwrap_or(0);
@@ -119,12 +114,7 @@ mod tests {
         assert_eq!(c.datatype, DataType::Bytes);
         assert_eq!(
             strings(&c),
-            vec![
-                "0.700000:1:b",
-                "0.200000:2:c",
-                "0.900000:0:a",
-                "0.050000:1:b"
-            ]
+            vec!["0.700000:1:b", "0.200000:2:c", "0.900000:0:a", "0.050000:1:b"]
         );
     }
 

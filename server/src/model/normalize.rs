@@ -112,6 +112,8 @@ pub fn normalize(config: &ModelConfig, model: &str, request: InferRequest) -> Re
         }
         inputs.push(tensor);
     }
+    // Config order, so that requests which can share a batch line up.
+    inputs.sort_by_key(|t| config.input.iter().position(|i| i.name == t.name));
     Ok(Normalized {
         inputs,
         outputs,
@@ -127,11 +129,7 @@ fn check_outputs(
     requested: Vec<RequestedOutput>,
 ) -> Result<Vec<RequestedOutput>> {
     if requested.is_empty() {
-        return Ok(config
-            .output
-            .iter()
-            .map(|o| RequestedOutput::named(&o.name))
-            .collect());
+        return Ok(config.output.iter().map(|o| RequestedOutput::named(&o.name)).collect());
     }
     let mut seen = HashSet::new();
     for output in &requested {
@@ -161,12 +159,7 @@ fn check_outputs(
     Ok(requested)
 }
 
-fn check_input_names(
-    config: &ModelConfig,
-    model: &str,
-    prefix: &str,
-    inputs: &[Tensor],
-) -> Result<()> {
+fn check_input_names(config: &ModelConfig, model: &str, prefix: &str, inputs: &[Tensor]) -> Result<()> {
     let mut seen = HashSet::new();
     for tensor in inputs {
         if !seen.insert(tensor.name.as_str()) {
@@ -188,20 +181,10 @@ fn check_input_names(
         .filter(|i| !i.optional)
         .map(|i| i.name.as_str())
         .collect();
-    let missing: Vec<&str> = required
-        .iter()
-        .copied()
-        .filter(|n| !seen.contains(n))
-        .collect();
+    let missing: Vec<&str> = required.iter().copied().filter(|n| !seen.contains(n)).collect();
     if !missing.is_empty() {
         let list = |names: &mut dyn Iterator<Item = &str>| {
-            format!(
-                "[{}]",
-                names
-                    .map(|n| format!("'{n}'"))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )
+            format!("[{}]", names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(","))
         };
         let got = list(&mut inputs.iter().map(|t| t.name.as_str()));
         let missing = list(&mut missing.into_iter());
@@ -236,11 +219,7 @@ fn reshaped(tensor: &Tensor, batching: bool, shape: &[i64]) -> Result<Vec<i64>> 
         out.push(tensor.shape[0]);
         count /= usize::try_from(tensor.shape[0]).unwrap_or(1).max(1);
     }
-    let known: usize = shape
-        .iter()
-        .filter(|d| **d > 0)
-        .map(|d| *d as usize)
-        .product();
+    let known: usize = shape.iter().filter(|d| **d > 0).map(|d| *d as usize).product();
     for &d in shape {
         if d == -1 {
             let rest = count.checked_div(known).unwrap_or(0);
@@ -254,13 +233,7 @@ fn reshaped(tensor: &Tensor, batching: bool, shape: &[i64]) -> Result<Vec<i64>> 
 
 /// Triton's dims formatting: `[-1,16]`.
 fn show_dims(dims: &[i64]) -> String {
-    format!(
-        "[{}]",
-        dims.iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    )
+    format!("[{}]", dims.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
 }
 
 #[cfg(test)]
@@ -280,12 +253,7 @@ mod tests {
 
     fn int32(name: &str, shape: &[i64]) -> Tensor {
         let n = element_count(shape).unwrap();
-        Tensor::new(
-            name,
-            DataType::Int32,
-            shape.to_vec(),
-            Bytes::from(vec![0u8; n * 4]),
-        )
+        Tensor::new(name, DataType::Int32, shape.to_vec(), Bytes::from(vec![0u8; n * 4]))
     }
 
     fn request(inputs: Vec<Tensor>) -> InferRequest {
@@ -297,10 +265,7 @@ mod tests {
     }
 
     fn error(req: InferRequest) -> String {
-        normalize(&simple(), "simple", req)
-            .unwrap_err()
-            .message()
-            .to_string()
+        normalize(&simple(), "simple", req).unwrap_err().message().to_string()
     }
 
     #[test]
@@ -322,41 +287,24 @@ mod tests {
             e,
             "[request id: <id_unknown>] expected 2 inputs but got 1 inputs for model 'simple'. Got input(s) ['INPUT0'], but missing required input(s) ['INPUT1']. Please provide all required input(s)."
         );
-        let e = error(request(vec![
-            int32("INPUT0", &[1, 16]),
-            int32("INPUTX", &[1, 16]),
-        ]));
+        let e = error(request(vec![int32("INPUT0", &[1, 16]), int32("INPUTX", &[1, 16])]));
         assert_eq!(e, "unexpected inference input 'INPUTX' for model 'simple'");
-        let e = error(request(vec![
-            int32("INPUT0", &[1, 16]),
-            int32("INPUT0", &[1, 16]),
-        ]));
+        let e = error(request(vec![int32("INPUT0", &[1, 16]), int32("INPUT0", &[1, 16])]));
+        assert!(e.ends_with("input 'INPUT0' already exists in request"), "{e}");
+        let e = error(request(vec![int32("INPUT0", &[1, 15]), int32("INPUT1", &[1, 16])]));
         assert!(
-            e.ends_with("input 'INPUT0' already exists in request"),
+            e.contains("unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]."),
             "{e}"
         );
-        let e = error(request(vec![
-            int32("INPUT0", &[1, 15]),
-            int32("INPUT1", &[1, 16]),
-        ]));
-        assert!(e.contains("unexpected shape for input 'INPUT0' for model 'simple'. Expected [-1,16], got [1,15]."), "{e}");
-        let e = error(request(vec![
-            int32("INPUT0", &[9, 16]),
-            int32("INPUT1", &[9, 16]),
-        ]));
+        let e = error(request(vec![int32("INPUT0", &[9, 16]), int32("INPUT1", &[9, 16])]));
         assert!(e.contains("batch-size must be <= 8"), "{e}");
-        let e = error(request(vec![
-            int32("INPUT0", &[1, 16]),
-            int32("INPUT1", &[2, 16]),
-        ]));
+        let e = error(request(vec![int32("INPUT0", &[1, 16]), int32("INPUT1", &[2, 16])]));
         assert!(e.contains("batch size does not match"), "{e}");
         let mut wrong_type = int32("INPUT1", &[1, 16]);
         wrong_type.datatype = DataType::Fp32;
         let e = error(request(vec![int32("INPUT0", &[1, 16]), wrong_type]));
         assert!(
-            e.contains(
-                "inference input 'INPUT1' data-type is 'FP32', but model 'simple' expects 'INT32'"
-            ),
+            e.contains("inference input 'INPUT1' data-type is 'FP32', but model 'simple' expects 'INT32'"),
             "{e}"
         );
         let mut short = int32("INPUT1", &[1, 16]);
@@ -369,10 +317,7 @@ mod tests {
     fn checks_requested_outputs() {
         let mut req = request(vec![int32("INPUT0", &[1, 16]), int32("INPUT1", &[1, 16])]);
         req.id = "r1".into();
-        req.outputs = vec![
-            RequestedOutput::named("OUTPUT1"),
-            RequestedOutput::named("OUTPUT1"),
-        ];
+        req.outputs = vec![RequestedOutput::named("OUTPUT1"), RequestedOutput::named("OUTPUT1")];
         assert_eq!(
             error(req.clone()),
             "[request id: r1] output 'OUTPUT1' already exists in request"

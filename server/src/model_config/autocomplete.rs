@@ -9,9 +9,7 @@
 //! [`DEFAULT_MAX_BATCH_SIZE`] (with `dynamic_batching {}` when it is above 1)
 //! and the first dimension becomes the batch dimension.
 
-use nereid_proto::inference::{
-    ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput, model_config,
-};
+use nereid_proto::inference::{ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput, model_config};
 
 use super::{DEFAULT_MAX_BATCH_SIZE, model_dims};
 use crate::datatype::DataType;
@@ -129,25 +127,14 @@ fn fill<T: ConfigTensor>(tensors: &mut Vec<T>, model: &[TensorSignature], batch_
 pub fn check_against(config: &ModelConfig, signature: &ModelSignature) -> Result<()> {
     let batch = config.max_batch_size > 0;
     for input in &config.input {
-        let t = signature
-            .inputs
-            .iter()
-            .find(|t| t.name == input.name)
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "unexpected inference input '{}', allowed inputs are: {}",
-                    input.name,
-                    names(&signature.inputs)
-                ))
-            })?;
-        check_tensor(
-            "input",
-            &input.name,
-            input.data_type,
-            model_dims(input),
-            t,
-            batch,
-        )?;
+        let t = signature.inputs.iter().find(|t| t.name == input.name).ok_or_else(|| {
+            Error::invalid(format!(
+                "unexpected inference input '{}', allowed inputs are: {}",
+                input.name,
+                names(&signature.inputs)
+            ))
+        })?;
+        check_tensor("input", &input.name, input.data_type, model_dims(input), t, batch)?;
     }
     for t in &signature.inputs {
         if !config.input.iter().any(|i| i.name == t.name) {
@@ -188,11 +175,7 @@ fn check_tensor(
 ) -> Result<()> {
     let config_type = DataType::from_config(data_type);
     if config_type != model.datatype {
-        let show = |t: Option<DataType>| {
-            t.map_or("unsupported".to_string(), |t| {
-                format!("TYPE_{}", config_name(t))
-            })
-        };
+        let show = |t: Option<DataType>| t.map_or("unsupported".to_string(), |t| format!("TYPE_{}", config_name(t)));
         return Err(Error::invalid(format!(
             "unexpected datatype {} for {what} '{name}', model provides {}",
             show(config_type),
@@ -214,11 +197,7 @@ fn check_tensor(
             "{what} '{name}' has shape {:?} in the model file but the configuration implies {:?} (max_batch_size {})",
             model.dims,
             expected,
-            if batch {
-                "> 0 adds a batch dimension"
-            } else {
-                "0"
-            }
+            if batch { "> 0 adds a batch dimension" } else { "0" }
         )));
     }
     Ok(())
@@ -233,11 +212,7 @@ fn config_name(t: DataType) -> &'static str {
 }
 
 fn names(tensors: &[TensorSignature]) -> String {
-    tensors
-        .iter()
-        .map(|t| t.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    tensors.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]

@@ -16,14 +16,10 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
         )));
     }
     if config.input.is_empty() {
-        return Err(Error::invalid(
-            "model configuration must contain at least one input",
-        ));
+        return Err(Error::invalid("model configuration must contain at least one input"));
     }
     if config.output.is_empty() {
-        return Err(Error::invalid(
-            "model configuration must contain at least one output",
-        ));
+        return Err(Error::invalid("model configuration must contain at least one output"));
     }
     let mut seen = HashSet::new();
     for input in &config.input {
@@ -33,9 +29,7 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
             return Err(Error::invalid(format!("{what} appears more than once")));
         }
         if input_datatype(input).is_none() {
-            return Err(Error::invalid(format!(
-                "{what} must specify a valid data_type"
-            )));
+            return Err(Error::invalid(format!("{what} must specify a valid data_type")));
         }
         check_dims(&what, &input.dims)?;
         if let Some(reshape) = &input.reshape {
@@ -49,9 +43,7 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
             return Err(Error::invalid(format!("{what} appears more than once")));
         }
         if output_datatype(output).is_none() {
-            return Err(Error::invalid(format!(
-                "{what} must specify a valid data_type"
-            )));
+            return Err(Error::invalid(format!("{what} must specify a valid data_type")));
         }
         check_dims(&what, &output.dims)?;
         if let Some(reshape) = &output.reshape {

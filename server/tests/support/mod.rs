@@ -18,10 +18,7 @@ pub struct TestServer {
 
 /// The repository root (the workspace folder).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 /// The ONNX Runtime library: `ORT_DYLIB_PATH`, else the one the setup script
@@ -34,15 +31,11 @@ pub fn onnxruntime_library() -> PathBuf {
     let found = std::fs::read_dir(&lib).ok().and_then(|pythons| {
         pythons.flatten().find_map(|python| {
             let capi = python.path().join("site-packages/onnxruntime/capi");
-            std::fs::read_dir(capi)
-                .ok()?
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("libonnxruntime.so."))
-                })
+            std::fs::read_dir(capi).ok()?.flatten().map(|e| e.path()).find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("libonnxruntime.so."))
+            })
         })
     });
     found.unwrap_or_else(|| {
@@ -94,10 +87,7 @@ impl TestServer {
                 Ok((_, addr)) => grpc = Some(addr),
                 Err(_) => {
                     let _ = child.kill();
-                    panic!(
-                        "server did not start in 60 s:\n{}",
-                        log.lock().unwrap().join("\n")
-                    );
+                    panic!("server did not start in 60 s:\n{}", log.lock().unwrap().join("\n"));
                 }
             }
         }

@@ -1,0 +1,186 @@
+//! The instances of one model version: one dedicated OS thread each.
+//!
+//! Each thread owns its backend instance (an ONNX Runtime session's `run`
+//! is blocking and CPU-heavy, so it never runs on the async runtime) and
+//! takes jobs from one shared queue, so whichever instance is free takes the
+//! next one. A job is a batch of one or more requests: the thread assembles
+//! the inputs, executes once, cuts the outputs per request and answers each.
+//! With a dynamic batcher in front, each thread says when it is idle again,
+//! so batches are formed only when an instance can take them.
+
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use nereid_proto::inference::ModelConfig;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::backend::{Backend, Device, InstanceSpec, ModelInstance};
+use crate::batch;
+use crate::error::{Error, Result};
+use crate::scheduler::Pending;
+use crate::statistics::ModelStatistics;
+
+/// How many jobs may wait per instance in front of the default scheduler.
+const QUEUE_PER_INSTANCE: usize = 256;
+
+/// Requests that execute together.
+#[derive(Debug)]
+pub struct Job {
+    pub requests: Vec<Pending>,
+}
+
+impl Job {
+    pub fn single(pending: Pending) -> Self {
+        Job {
+            requests: vec![pending],
+        }
+    }
+}
+
+/// Where and how one instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub device: Device,
+    pub intra_op_threads: usize,
+}
+
+/// What the instances of one model version are made from.
+pub struct InstanceSource {
+    pub model: String,
+    pub version: i64,
+    pub backend: &'static dyn Backend,
+    pub config: Arc<ModelConfig>,
+    pub version_dir: PathBuf,
+    pub statistics: Arc<ModelStatistics>,
+    /// Told once per finished job when a dynamic batcher feeds the pool.
+    pub idle: Option<UnboundedSender<()>>,
+}
+
+pub struct InstancePool {
+    jobs: Sender<Job>,
+}
+
+impl InstancePool {
+    /// Starts one thread per placement and waits until each has created
+    /// its instance. If any fails, all stop and the first reason is
+    /// returned. Blocking: call it from a blocking context.
+    pub fn start(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
+        // A batcher only sends when an instance is idle, so its queue never
+        // holds more than one job per instance; the default scheduler's is bounded.
+        let (jobs, receiver) = if source.idle.is_some() {
+            crossbeam_channel::unbounded::<Job>()
+        } else {
+            crossbeam_channel::bounded::<Job>(QUEUE_PER_INSTANCE * placements.len().max(1))
+        };
+        let source = Arc::new(source);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+        for (index, placement) in placements.iter().copied().enumerate() {
+            let source = Arc::clone(&source);
+            let receiver = receiver.clone();
+            let ready = ready_tx.clone();
+            std::thread::Builder::new()
+                .name(format!("{}-{}-{index}", source.model, source.version))
+                .spawn(move || worker(&source, placement, &receiver, &ready))
+                .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
+        }
+        drop(ready_tx);
+        let pool = InstancePool { jobs };
+        for _ in placements {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                // Dropping the pool closes the queue, which stops the
+                // instances that did start.
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(Error::internal("an instance thread exited while loading")),
+            }
+        }
+        Ok(pool)
+    }
+
+    /// Queues a job, refusing at once when the queue is full.
+    pub fn try_submit(&self, job: Job) -> Result<()> {
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(Error::unavailable("Exceeds maximum queue size")),
+            Err(TrySendError::Disconnected(_)) => Err(Error::unavailable("model instances have stopped")),
+        }
+    }
+}
+
+/// The life of one instance thread: create the instance, report, run jobs
+/// until the queue closes.
+fn worker(
+    source: &InstanceSource,
+    placement: Placement,
+    jobs: &Receiver<Job>,
+    ready: &std::sync::mpsc::Sender<Result<()>>,
+) {
+    let spec = InstanceSpec {
+        config: &source.config,
+        version_dir: &source.version_dir,
+        device: placement.device,
+        intra_op_threads: placement.intra_op_threads,
+    };
+    let created = std::panic::catch_unwind(AssertUnwindSafe(|| source.backend.create_instance(spec)))
+        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while creating an instance")));
+    let mut instance: Box<dyn ModelInstance> = match created {
+        Ok(instance) => instance,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    for job in jobs.iter() {
+        run(source, instance.as_mut(), job);
+        if let Some(idle) = &source.idle {
+            let _ = idle.send(());
+        }
+    }
+}
+
+fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
+    // A client that went away gets no compute.
+    let requests: Vec<Pending> = job.requests.into_iter().filter(|p| !p.reply.is_closed()).collect();
+    if requests.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let sizes: Vec<usize> = requests.iter().map(|p| p.batch_size).collect();
+    let mut replies = Vec::with_capacity(requests.len());
+    let mut inputs = Vec::with_capacity(requests.len());
+    for pending in requests {
+        source.statistics.record_queue(started - pending.arrived);
+        replies.push(pending.reply);
+        inputs.push(pending.inputs);
+    }
+    let batch_inputs = batch::assemble(inputs, &sizes);
+    let executed = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(batch_inputs)))
+        .unwrap_or_else(|_| Err(Error::internal("the model instance panicked while executing")));
+    let outcome = executed.and_then(|execution| {
+        let total: usize = sizes.iter().sum();
+        source
+            .statistics
+            .record_execution(total as u64, replies.len() as u64, execution.timing);
+        if replies.len() == 1 {
+            Ok(vec![execution.outputs])
+        } else {
+            batch::split(execution.outputs, &sizes)
+        }
+    });
+    match outcome {
+        Ok(per_request) => {
+            for (reply, outputs) in replies.into_iter().zip(per_request) {
+                reply.send(Ok(outputs));
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                reply.send(Err(e.clone()));
+            }
+        }
+    }
+}

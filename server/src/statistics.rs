@@ -1,0 +1,150 @@
+//! Triton's statistics extension: per model version counters and durations.
+//!
+//! Updated once per execution and once per request, under a mutex that is
+//! held for a few additions; read by `/v2/models/.../stats` and gRPC
+//! `ModelStatistics`. The meaning of each number is Triton's: `inference_count`
+//! counts inferences (a request of batch 4 is 4), `execution_count` counts
+//! model executions, so their ratio shows how well batching works.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A count and the total time it took, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatDuration {
+    pub count: u64,
+    pub ns: u64,
+}
+
+impl StatDuration {
+    fn add(&mut self, count: u64, d: Duration) {
+        self.count += count;
+        self.ns += u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    }
+}
+
+/// Time spent in the three phases of one execution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ComputeTiming {
+    /// Copying inputs into the batch / backend buffers.
+    pub input: Duration,
+    pub infer: Duration,
+    /// Copying outputs out of the backend.
+    pub output: Duration,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InferStats {
+    pub success: StatDuration,
+    pub fail: StatDuration,
+    pub queue: StatDuration,
+    pub compute_input: StatDuration,
+    pub compute_infer: StatDuration,
+    pub compute_output: StatDuration,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    pub compute_input: StatDuration,
+    pub compute_infer: StatDuration,
+    pub compute_output: StatDuration,
+}
+
+/// A consistent copy of one version's statistics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Milliseconds since the Unix epoch of the last inference; 0 if none.
+    pub last_inference: u64,
+    pub inference_count: u64,
+    pub execution_count: u64,
+    pub inference_stats: InferStats,
+    /// By batch size.
+    pub batch_stats: BTreeMap<u64, BatchStats>,
+}
+
+#[derive(Debug, Default)]
+pub struct ModelStatistics {
+    inner: Mutex<StatsSnapshot>,
+}
+
+impl ModelStatistics {
+    fn with<R>(&self, f: impl FnOnce(&mut StatsSnapshot) -> R) -> R {
+        // A poisoned lock only means a panic elsewhere mid-update; the
+        // counters are still usable.
+        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut guard)
+    }
+
+    /// One model execution of `batch_size` inferences made of `requests` requests.
+    pub fn record_execution(&self, batch_size: u64, requests: u64, timing: ComputeTiming) {
+        self.with(|s| {
+            s.inference_count += batch_size;
+            s.execution_count += 1;
+            s.last_inference = now_ms();
+            let stats = &mut s.inference_stats;
+            stats.compute_input.add(requests, timing.input * requests as u32);
+            stats.compute_infer.add(requests, timing.infer * requests as u32);
+            stats.compute_output.add(requests, timing.output * requests as u32);
+            let batch = s.batch_stats.entry(batch_size).or_default();
+            batch.compute_input.add(1, timing.input);
+            batch.compute_infer.add(1, timing.infer);
+            batch.compute_output.add(1, timing.output);
+        });
+    }
+
+    /// A request's time in the queue, recorded when its batch starts.
+    pub fn record_queue(&self, waited: Duration) {
+        self.with(|s| s.inference_stats.queue.add(1, waited));
+    }
+
+    /// A request's end, from arrival to response.
+    pub fn record_request(&self, success: bool, total: Duration) {
+        self.with(|s| {
+            if success {
+                s.inference_stats.success.add(1, total);
+            } else {
+                s.inference_stats.fail.add(1, total);
+            }
+        });
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        self.with(|s| s.clone())
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executions_and_requests_add_up() {
+        let stats = ModelStatistics::default();
+        let timing = ComputeTiming {
+            input: Duration::from_micros(1),
+            infer: Duration::from_micros(10),
+            output: Duration::from_micros(2),
+        };
+        stats.record_execution(4, 3, timing);
+        stats.record_execution(1, 1, timing);
+        stats.record_queue(Duration::from_micros(5));
+        stats.record_request(true, Duration::from_micros(20));
+        stats.record_request(false, Duration::from_micros(7));
+        let s = stats.snapshot();
+        assert_eq!(s.inference_count, 5);
+        assert_eq!(s.execution_count, 2);
+        assert!(s.last_inference > 0);
+        assert_eq!(s.inference_stats.compute_infer, StatDuration { count: 4, ns: 40_000 });
+        assert_eq!(s.inference_stats.success, StatDuration { count: 1, ns: 20_000 });
+        assert_eq!(s.inference_stats.fail, StatDuration { count: 1, ns: 7_000 });
+        assert_eq!(s.batch_stats[&4].compute_infer, StatDuration { count: 1, ns: 10_000 });
+        assert_eq!(s.batch_stats[&1].compute_input.count, 1);
+    }
+}
