@@ -2,24 +2,17 @@
 
 mod support;
 
-use std::path::Path;
-
 use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use nereid_proto::inference::model_infer_request::InferInputTensor;
 use nereid_proto::inference::{InferTensorContents, ModelInferRequest, RepositoryIndexRequest};
 use serde_json::{Value, json};
-use support::{TestServer, repo_root, scratch};
+use support::{TestServer, repo_root, scratch, write_model};
 
 fn ints(bytes: &[u8]) -> Vec<i32> {
     bytes
         .chunks_exact(4)
         .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
         .collect()
-}
-
-fn write_model(repo: &Path, name: &str, config: &str) {
-    std::fs::create_dir_all(repo.join(name).join("1")).unwrap();
-    std::fs::write(repo.join(name).join("config.pbtxt"), config).unwrap();
 }
 
 const ADD_SUB: &str = r#"

@@ -146,3 +146,9 @@ pub fn scratch(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Writes a model folder with a config and an empty version 1.
+pub fn write_model(repo: &Path, name: &str, config: &str) {
+    std::fs::create_dir_all(repo.join(name).join("1")).unwrap();
+    std::fs::write(repo.join(name).join("config.pbtxt"), config).unwrap();
+}
