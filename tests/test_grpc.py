@@ -326,3 +326,20 @@ def test_grpc_classification_top_k(grpc_client):
     classes = [c.decode() for c in result.as_numpy("OUTPUT1").reshape(-1)]
     # Highest value first; ties keep the lower index first.
     assert classes == ["9:2", "9:6"]
+
+
+def test_grpc_statistics(grpc_client):
+    import tritonclient.grpc as grpcclient
+
+    def counts():
+        stats = grpc_client.get_inference_statistics("identity", as_json=True)["model_stats"][0]
+        return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+    before = counts()
+    x = np.ones((3, 5), dtype=np.float32)
+    inp = grpcclient.InferInput("INPUT0", [3, 5], "FP32")
+    inp.set_data_from_numpy(x)
+    for _ in range(2):
+        grpc_client.infer("identity", [inp])
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1]) == (6, 2)

@@ -410,3 +410,22 @@ def test_response_is_compressed_when_asked(server):
     assert resp.headers.get("Content-Encoding") == "gzip"
     header, outputs = parse_infer_response(resp)
     np.testing.assert_array_equal(np.asarray(outputs["OUTPUT0"]).reshape(a.shape), a + b)
+
+
+def test_statistics_count_inferences_and_executions(http_client):
+    def counts():
+        stats = http_client.get_inference_statistics("simple")["model_stats"]
+        assert [s["version"] for s in stats] == ["1"]
+        return stats[0]["inference_count"], stats[0]["execution_count"], stats[0]["inference_stats"]["success"]["count"]
+
+    before = counts()
+    a, b = simple_inputs(2, seed=4)
+    for _ in range(3):
+        http_client.infer("simple", _simple_client_inputs(a, b))
+    after = counts()
+    # simple has no dynamic batching: each request is one execution of batch 2.
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (6, 3, 3)
+    everything = http_client.get_inference_statistics()["model_stats"]
+    assert {s["name"] for s in everything} >= {"simple", "mlp_small", "identity"}
+    batch = [s for s in http_client.get_inference_statistics("simple")["model_stats"][0]["batch_stats"] if s["batch_size"] == 2]
+    assert batch and batch[0]["compute_infer"]["count"] >= 3
