@@ -23,13 +23,7 @@ use prost_reflect::DescriptorPool;
 
 /// Triton / KServe v2 inference protocol and Triton's model configuration
 /// (proto package `inference`).
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    clippy::nursery,
-    missing_docs,
-    rustdoc::all
-)]
+#[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs, rustdoc::all)]
 pub mod inference {
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
 }
@@ -38,13 +32,7 @@ pub mod inference {
 /// `grpc.health.v1`).
 pub mod health {
     /// Version 1 of the health protocol.
-    #[allow(
-        clippy::all,
-        clippy::pedantic,
-        clippy::nursery,
-        missing_docs,
-        rustdoc::all
-    )]
+    #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs, rustdoc::all)]
     pub mod v1 {
         include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
     }
@@ -52,8 +40,7 @@ pub mod health {
 
 /// Encoded `google.protobuf.FileDescriptorSet` of every file in this crate
 /// (imports included), as produced by the build script.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
 
 static DESCRIPTOR_POOL: LazyLock<DescriptorPool> = LazyLock::new(|| {
     DescriptorPool::decode(FILE_DESCRIPTOR_SET)
@@ -78,14 +65,8 @@ mod tests {
     fn pool_holds_triton_and_health_descriptors() {
         let pool = descriptor_pool();
         assert!(pool.get_message_by_name("inference.ModelConfig").is_some());
-        assert!(
-            pool.get_message_by_name("inference.ModelInferRequest")
-                .is_some()
-        );
-        assert!(
-            pool.get_message_by_name("grpc.health.v1.HealthCheckRequest")
-                .is_some()
-        );
+        assert!(pool.get_message_by_name("inference.ModelInferRequest").is_some());
+        assert!(pool.get_message_by_name("grpc.health.v1.HealthCheckRequest").is_some());
 
         let service = pool
             .get_service_by_name("inference.GRPCInferenceService")
@@ -105,10 +86,7 @@ mod tests {
         // The Triton files keep their upstream descriptor names.
         assert!(pool.get_file_by_name("grpc_service.proto").is_some());
         assert!(pool.get_file_by_name("model_config.proto").is_some());
-        assert!(
-            pool.get_file_by_name("grpc/health/v1/health.proto")
-                .is_some()
-        );
+        assert!(pool.get_file_by_name("grpc/health/v1/health.proto").is_some());
     }
 
     #[test]

@@ -184,3 +184,67 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::for_kind;
+    use crate::datatype::DataType;
+    use crate::model_config::{BackendKind, text::parse};
+    use crate::scheduler::Reply;
+    use crate::tensor::Tensor;
+    use bytes::Bytes;
+    use tokio::sync::oneshot;
+
+    fn pending(value: f32) -> (Pending, oneshot::Receiver<Result<Vec<Tensor>>>) {
+        let (tx, rx) = oneshot::channel();
+        let data = Bytes::copy_from_slice(&value.to_le_bytes());
+        let pending = Pending {
+            inputs: vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)],
+            batch_size: 1,
+            reply: Reply::direct(tx),
+            arrived: Instant::now(),
+        };
+        (pending, rx)
+    }
+
+    #[tokio::test]
+    async fn skips_requests_whose_client_left_and_answers_the_rest() {
+        let config = parse(
+            r#"name: "id" backend: "identity" max_batch_size: 4
+               input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+               output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]"#,
+        )
+        .unwrap();
+        let statistics = Arc::new(ModelStatistics::default());
+        let source = InstanceSource {
+            model: "id".into(),
+            version: 1,
+            backend: for_kind(BackendKind::Identity),
+            config: Arc::new(config),
+            version_dir: PathBuf::from("."),
+            statistics: Arc::clone(&statistics),
+            idle: None,
+        };
+        let placement = Placement {
+            device: Device::Cpu,
+            intra_op_threads: 1,
+        };
+        let pool = InstancePool::start(source, &[placement]).unwrap();
+
+        let (gone, receiver) = pending(1.0);
+        drop(receiver);
+        pool.try_submit(Job::single(gone)).unwrap();
+        let (a, a_rx) = pending(2.0);
+        let (b, b_rx) = pending(3.0);
+        pool.try_submit(Job { requests: vec![a, b] }).unwrap();
+        let a_out = a_rx.await.unwrap().unwrap();
+        let b_out = b_rx.await.unwrap().unwrap();
+        assert_eq!(a_out[0].data.as_ref(), &2.0f32.to_le_bytes());
+        assert_eq!(b_out[0].data.as_ref(), &3.0f32.to_le_bytes());
+        assert_eq!(b_out[0].shape, vec![1, 1]);
+        let stats = statistics.snapshot();
+        // The abandoned request cost no execution; the pair ran as one batch of 2.
+        assert_eq!((stats.execution_count, stats.inference_count), (1, 2));
+    }
+}
