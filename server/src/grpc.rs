@@ -18,7 +18,8 @@ use nereid_proto::inference::model_repository_parameter::ParameterChoice as Repo
 use nereid_proto::inference::repository_index_response::ModelIndex;
 use nereid_proto::inference::*;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 use self::status::to_status;
@@ -53,11 +54,12 @@ pub async fn serve(
     .max_encoding_message_size(options.max_message_size);
     let health = HealthServer::new(HealthService { server });
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .layer(InFlightLayer::new(in_flight))
         .add_service(inference)
         .add_service(health)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        // Nagle's algorithm would hold small responses back by up to 40 ms;
+        // tonic's own `tcp_nodelay` only applies to listeners it creates.
+        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown)
         .await
 }
 

@@ -22,6 +22,7 @@ use super::{Backend, BatchInput, Device, Execution, InstanceSpec, ModelInstance,
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::model_config::autocomplete::{ModelSignature, TensorSignature};
+use crate::model_config::parameter;
 use crate::statistics::ComputeTiming;
 use crate::tensor::{Tensor, bytes_elements, push_bytes_element};
 
@@ -98,6 +99,10 @@ fn open(config: &ModelConfig, version_dir: &Path, device: Device, threads: usize
     let builder_error = |e: ort::Error<SessionBuilder>| ort_error(e.into());
     builder = builder.with_intra_threads(threads.max(1)).map_err(builder_error)?;
     builder = builder.with_inter_threads(1).map_err(builder_error)?;
+    // ONNX Runtime's threads spin between operators by default, burning the
+    // cores the server's I/O and the other instances need; opt in per model.
+    let spinning = parameter(config, "intra_op_spinning").is_some_and(|v| v == "true" || v == "1");
+    builder = builder.with_intra_op_spinning(spinning).map_err(builder_error)?;
     builder = builder
         .with_optimization_level(GraphOptimizationLevel::All)
         .map_err(builder_error)?;

@@ -69,11 +69,11 @@ impl Queue {
     }
 
     /// Queues a request, or hands it back when its level is full.
-    pub fn push(&mut self, entry: Entry) -> Result<(), Entry> {
+    pub fn push(&mut self, entry: Entry) -> Result<(), Box<Entry>> {
         let limit = self.policies[entry.level].max_queue_size;
         let level = &mut self.levels[entry.level];
         if limit > 0 && level.waiting.len() + level.delayed.len() >= limit {
-            return Err(entry);
+            return Err(Box::new(entry));
         }
         level.waiting.push_back(entry);
         Ok(())
@@ -122,7 +122,7 @@ impl Queue {
             }
             let mut kept = VecDeque::with_capacity(level.waiting.len());
             for mut entry in level.waiting.drain(..) {
-                if !entry.deadline.is_some_and(|d| d <= now) {
+                if entry.deadline.is_none_or(|d| d > now) {
                     kept.push_back(entry);
                     continue;
                 }
