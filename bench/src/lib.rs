@@ -1,1 +1,41 @@
-//! Placeholder; see the crate description.
+//! Nereid's benchmark tools: `nereid-perf`, a KServe v2 load generator in
+//! the spirit of Triton's perf_analyzer, and two baselines to read its
+//! numbers against: `nereid-echo` (the transport alone: a server that
+//! answers every infer with its inputs) and `nereid-compute-limit` (the
+//! model alone: ONNX Runtime in-process, no network).
+//!
+//! # Layout
+//!
+//! Shared by the tools:
+//! - [`error`] — the crate's error type.
+//! - [`datatype`], [`tensor`] — KServe datatypes and a tensor's raw / JSON forms.
+//! - [`flags`] — `NAME:...` flag values.
+//! - [`latency`] — percentiles.
+//! - [`binary_ext`] — Triton's binary tensor extension, both directions.
+//!
+//! The load generator:
+//! - [`input_data`] — generated or file-provided inputs.
+//! - [`metadata`] — model metadata and how inputs are resolved from it.
+//! - [`request`] — the request, encoded once.
+//! - [`http_client`], [`grpc_client`], [`connection`] — a worker's connection.
+//! - [`perf`] — load modes, measurement and reports.
+//!
+//! The baselines:
+//! - [`echo`] — the echo server, HTTP and gRPC.
+//! - [`compute_limit`] — in-process ONNX Runtime throughput.
+
+pub mod binary_ext;
+pub mod compute_limit;
+pub mod connection;
+pub mod datatype;
+pub mod echo;
+pub mod error;
+pub mod flags;
+pub mod grpc_client;
+pub mod http_client;
+pub mod input_data;
+pub mod latency;
+pub mod metadata;
+pub mod perf;
+pub mod request;
+pub mod tensor;
