@@ -95,7 +95,7 @@ pub fn encode_request(inputs: &[InputTensor], outputs: &[String], binary: bool) 
         headers.push(TensorHeader {
             name: t.name.clone(),
             shape: t.shape.clone(),
-            datatype: t.datatype.as_str().to_string(),
+            datatype: t.datatype.as_wire().to_string(),
             parameters,
             data,
         });

@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use bytes::{BufMut, BytesMut};
-use half::f16;
+use half::{bf16, f16};
 use serde::Deserialize;
 
 use crate::datatype::DataType;
@@ -58,7 +58,7 @@ impl SplitMix64 {
 pub fn generate(name: &str, datatype: DataType, shape: &[i64], mode: DataMode) -> Result<InputTensor> {
     let n = element_count(shape)?;
     let mut rng = SplitMix64::new(SEED ^ name.len() as u64);
-    let mut raw = BytesMut::with_capacity(n * datatype.element_size().unwrap_or(4 + STRING_LEN));
+    let mut raw = BytesMut::with_capacity(n * datatype.byte_size().unwrap_or(4 + STRING_LEN));
     let random = mode == DataMode::Random;
     for _ in 0..n {
         let r = if random { rng.next_u64() } else { 0 };
@@ -71,6 +71,7 @@ pub fn generate(name: &str, datatype: DataType, shape: &[i64], mode: DataMode) -
             DataType::Uint32 | DataType::Int32 => raw.put_u32_le(small as u32),
             DataType::Uint64 | DataType::Int64 => raw.put_u64_le(small),
             DataType::Fp16 => raw.put_slice(&f16::from_f64(unit).to_le_bytes()),
+            DataType::Bf16 => raw.put_slice(&bf16::from_f64(unit).to_le_bytes()),
             DataType::Fp32 => raw.put_f32_le(unit as f32),
             DataType::Fp64 => raw.put_f64_le(unit),
             DataType::Bytes => {

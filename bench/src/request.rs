@@ -97,7 +97,7 @@ fn grpc_request(target: &RequestTarget<'_>, inputs: &[InputTensor], outputs: &[S
             .iter()
             .map(|t| InferInputTensor {
                 name: t.name.clone(),
-                datatype: t.datatype.as_str().to_string(),
+                datatype: t.datatype.as_wire().to_string(),
                 shape: t.shape.clone(),
                 parameters: HashMap::new(),
                 contents: None,

@@ -5,7 +5,7 @@
 //! for `--http-json`, so both encodings always carry the same values.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use half::f16;
+use half::{bf16, f16};
 use serde_json::Value;
 
 use crate::datatype::DataType;
@@ -75,7 +75,7 @@ impl InputTensor {
             )));
         }
         let bad = |v: &Value| Error::Invalid(format!("input '{name}': {v} is not a valid {datatype}"));
-        let mut raw = BytesMut::with_capacity(expected * datatype.element_size().unwrap_or(8));
+        let mut raw = BytesMut::with_capacity(expected * datatype.byte_size().unwrap_or(8));
         for v in values {
             let int = || v.as_i64().ok_or_else(|| bad(v));
             let uint = || v.as_u64().ok_or_else(|| bad(v));
@@ -94,6 +94,7 @@ impl InputTensor {
                 DataType::Int32 => raw.put_i32_le(i32::try_from(int()?).map_err(|_| bad(v))?),
                 DataType::Int64 => raw.put_i64_le(int()?),
                 DataType::Fp16 => raw.put_slice(&f16::from_f64(float()?).to_le_bytes()),
+                DataType::Bf16 => raw.put_slice(&bf16::from_f64(float()?).to_le_bytes()),
                 DataType::Fp32 => raw.put_f32_le(float()? as f32),
                 DataType::Fp64 => raw.put_f64_le(float()?),
                 DataType::Bytes => match v {
@@ -113,7 +114,7 @@ impl InputTensor {
     /// The elements as a flat JSON list, for KServe's JSON `data` field.
     pub fn to_json(&self) -> Result<Value> {
         let raw = &self.raw[..];
-        let size = self.datatype.element_size().unwrap_or(1);
+        let size = self.datatype.byte_size().unwrap_or(1);
         let chunks = raw.chunks_exact(size);
         let float = |f: f64| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number);
         let values: Vec<Value> = match self.datatype {
@@ -136,6 +137,9 @@ impl InputTensor {
                 .collect(),
             DataType::Fp16 => chunks
                 .map(|c| float(f16::from_le_bytes([c[0], c[1]]).to_f64()))
+                .collect(),
+            DataType::Bf16 => chunks
+                .map(|c| float(bf16::from_le_bytes([c[0], c[1]]).to_f64()))
                 .collect(),
             DataType::Fp32 => chunks
                 .map(|c| float(f64::from(f32::from_le_bytes(c.try_into().unwrap()))))

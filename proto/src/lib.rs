@@ -24,6 +24,8 @@ use prost_reflect::DescriptorPool;
 /// Triton / KServe v2 inference protocol and Triton's model configuration
 /// (proto package `inference`).
 #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs, rustdoc::all)]
+pub mod datatype;
+
 pub mod inference {
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
 }

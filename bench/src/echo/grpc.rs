@@ -138,7 +138,7 @@ impl EchoService {
     fn metadata(&self, name: String) -> ModelMetadataResponse {
         let tensor = |name: String, t: &crate::flags::TensorFlag| TensorMetadata {
             name,
-            datatype: t.datatype.as_str().to_string(),
+            datatype: t.datatype.as_wire().to_string(),
             shape: t.dims.clone(),
         };
         ModelMetadataResponse {

@@ -42,7 +42,7 @@ impl EchoModel {
     /// KServe v2 model metadata, for any model name asked about.
     pub fn metadata_json(&self, name: &str) -> serde_json::Value {
         let tensor =
-            |name: String, t: &TensorFlag| json!({"name": name, "datatype": t.datatype.as_str(), "shape": t.dims});
+            |name: String, t: &TensorFlag| json!({"name": name, "datatype": t.datatype.as_wire(), "shape": t.dims});
         json!({
             "name": name,
             "versions": [VERSION],
