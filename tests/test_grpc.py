@@ -343,3 +343,22 @@ def test_grpc_statistics(grpc_client):
         grpc_client.infer("identity", [inp])
     after = counts()
     assert (after[0] - before[0], after[1] - before[1]) == (6, 2)
+
+
+def test_grpc_priority_and_timeout_are_checked_against_the_queue_policy(grpc_client):
+    import tritonclient.grpc as grpcclient
+
+    x = np.ones((1, 256), dtype=np.float32)
+    inp = grpcclient.InferInput("INPUT0", [1, 256], "FP32")
+    inp.set_data_from_numpy(x)
+    # mlp_small batches dynamically, with no priority levels and no timeout override.
+    with pytest.raises(InferenceServerException) as exc:
+        grpc_client.infer("mlp_small", [inp], priority=2)
+    assert exc.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "priority" in exc.value.message()
+    with pytest.raises(InferenceServerException) as exc:
+        grpc_client.infer("mlp_small", [inp], timeout=1000)
+    assert exc.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert "allow_timeout_override" in exc.value.message()
+    result = grpc_client.infer("mlp_small", [inp])
+    assert result.as_numpy("OUTPUT0").shape == (1, 256)

@@ -429,3 +429,13 @@ def test_statistics_count_inferences_and_executions(http_client):
     assert {s["name"] for s in everything} >= {"simple", "mlp_small", "identity"}
     batch = [s for s in http_client.get_inference_statistics("simple")["model_stats"][0]["batch_stats"] if s["batch_size"] == 2]
     assert batch and batch[0]["compute_infer"]["count"] >= 3
+
+
+def test_http_priority_is_checked_against_the_queue_policy(http_client):
+    x = np.ones((1, 256), dtype=np.float32)
+    inp = httpclient.InferInput("INPUT0", [1, 256], "FP32")
+    inp.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as exc:
+        http_client.infer("mlp_small", [inp], priority=3)
+    assert "priority" in exc.value.message()
+    assert http_client.infer("mlp_small", [inp]).as_numpy("OUTPUT0").shape == (1, 256)
