@@ -1,0 +1,57 @@
+//! What the operator observed about an InferenceModel.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Observed state, derived from the owned Deployment and the pods themselves.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceModelStatus {
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Serving pods that exist (the scale subresource's status replicas).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Serving pods that are ready with the model loaded.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Label selector of the serving pods, as a string (used by the HPA through the scale subresource).
+    #[serde(default)]
+    pub selector: String,
+    /// Ready, ModelLoaded, Progressing and Degraded conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// In-cluster addresses of the model's Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Endpoints>,
+    /// Model versions the ready pods report as loaded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded_versions: Vec<String>,
+    /// The most recent failure seen (image pull, crash, load, scheduling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<Failure>,
+}
+
+/// In-cluster addresses of a model's Service.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoints {
+    /// gRPC address, host:port (e.g. `mlp-small.default.svc:8001`).
+    pub grpc: String,
+    /// HTTP base URL (e.g. `http://mlp-small.default.svc:8000`).
+    pub http: String,
+}
+
+/// A failure the operator observed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// Machine-readable reason (see the reasons in `conditions::reason`).
+    pub reason: String,
+    /// Human-readable message, e.g. the scheduler's or the server's own.
+    pub message: String,
+    /// When it was observed.
+    pub time: Time,
+}

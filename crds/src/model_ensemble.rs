@@ -1,0 +1,141 @@
+//! `ModelEnsemble`: a DAG of InferenceModels served as one model, as in
+//! Triton's ensemble_scheduling. Each step names a member InferenceModel and
+//! maps its tensors to the ensemble's.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Autoscaling;
+
+/// A DAG of InferenceModels served under one model name.
+// clippy reads the repeated `type_ = "string"` of separate printcolumns as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "serving.nereid.dev",
+    version = "v1alpha1",
+    kind = "ModelEnsemble",
+    namespaced,
+    status = "ModelEnsembleStatus",
+    derive = "PartialEq",
+    shortname = "nensemble",
+    category = "nereid",
+    doc = "A DAG of InferenceModels served as one model, as in Triton's ensemble_scheduling.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#,
+        description = "Whether the ensemble and all its members serve"
+    ),
+    printcolumn(
+        name = "Placement",
+        type_ = "string",
+        json_path = ".spec.placement",
+        description = "remote or colocated"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelEnsembleSpec {
+    /// The steps of the DAG; data dependencies through tensor names order them.
+    #[schemars(length(max = 64))]
+    #[x_kube(
+        validation = crate::rules::STEPS_NOT_EMPTY.cel(),
+        validation = crate::rules::STEP_NAMES_UNIQUE.cel()
+    )]
+    pub steps: Vec<EnsembleStep>,
+    /// Tensors the ensemble takes from the client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<EnsembleTensor>,
+    /// Tensors the ensemble returns to the client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<EnsembleTensor>,
+    /// Where the steps run, "remote" (default) or "colocated".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "remote"))]
+    pub placement: Option<Placement>,
+    /// Number of ensemble pods (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::rules::ENSEMBLE_REPLICAS.cel())]
+    pub replicas: Option<i32>,
+    /// Horizontal autoscaling of the ensemble pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+}
+
+/// One step: a member model and how its tensors map to the ensemble's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnsembleStep {
+    /// Name of the step, unique in the ensemble.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Name of the InferenceModel (same namespace) this step runs.
+    pub model: String,
+    /// Model version to call; default the latest loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_version: Option<i64>,
+    /// Step model input name -> ensemble tensor name it reads.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub input_map: BTreeMap<String, String>,
+    /// Step model output name -> ensemble tensor name it produces.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub output_map: BTreeMap<String, String>,
+}
+
+/// A tensor of the ensemble's own signature.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnsembleTensor {
+    /// Tensor name.
+    pub name: String,
+    /// Data type, with KServe v2 names (FP32, INT64, BYTES, ...).
+    #[schemars(extend("enum" = crate::rules::DATATYPES))]
+    pub datatype: String,
+    /// Shape without the batch dimension; -1 for a variable dimension.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dims: Vec<i64>,
+}
+
+/// Where an ensemble's steps run: "remote" (default; a small ensemble pod
+/// calls each member's Service over gRPC, so members scale on their own) or
+/// "colocated" (all members and the ensemble in one pod, lowest latency).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Placement {
+    /// A small ensemble pod calls each member's Service over gRPC.
+    #[default]
+    Remote,
+    /// All members and the ensemble run in one pod.
+    Colocated,
+}
+
+/// Observed state of a ModelEnsemble.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelEnsembleStatus {
+    /// The metadata.generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ensemble pods that exist.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ensemble pods that are ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Label selector of the ensemble pods, as a string.
+    #[serde(default)]
+    pub selector: String,
+    /// Ready, MembersReady and Valid conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
