@@ -1,0 +1,48 @@
+//! The desired state of one InferenceModel, as plain Kubernetes objects.
+//!
+//! Every builder is a pure function of the InferenceModel (and the operator's
+//! settings): no API calls, no clocks, no randomness. The same spec always
+//! builds the same objects, so server-side apply is a no-op when nothing
+//! changed, and each builder is unit-tested on its own.
+//!
+//! - [`labels`]: the labels, selector and owner reference every object shares.
+//! - [`config_map`]: the model config override, as Triton's JSON.
+//! - [`deployment`]: the serving pods.
+//! - [`service`]: the in-cluster HTTP, gRPC and metrics endpoints.
+//! - [`pdb`]: the disruption budget that keeps voluntary evictions gentle.
+
+pub mod config_map;
+pub mod deployment;
+pub mod labels;
+pub mod pdb;
+pub mod service;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use nereid_crds::InferenceModel;
+
+use crate::context::OperatorConfig;
+
+/// Everything one InferenceModel turns into, in the order it is applied:
+/// the ConfigMap before the Deployment whose pods mount it.
+#[derive(Clone, Debug)]
+pub struct Desired {
+    pub config_map: ConfigMap,
+    pub deployment: Deployment,
+    pub service: Service,
+    pub pdb: PodDisruptionBudget,
+}
+
+/// Builds every object of `model`. The Deployment's pod template carries the
+/// hash of the ConfigMap, so a config change rolls the pods.
+pub fn desired(model: &InferenceModel, config: &OperatorConfig) -> Desired {
+    let config_map = config_map::config_map(model);
+    let hash = config_map::config_hash(&config_map);
+    Desired {
+        deployment: deployment::deployment(model, config, &hash),
+        service: service::service(model),
+        pdb: pdb::pdb(model),
+        config_map,
+    }
+}

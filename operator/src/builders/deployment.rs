@@ -1,0 +1,414 @@
+//! The Deployment of `nereid-server` pods that serve one InferenceModel.
+//!
+//! How the model reaches the server: today `nereid-server` reads only a local
+//! `--model-repository` folder (object storage comes later). So every pod
+//! has an emptyDir `models` at `/models`, and an init container `model-fetch`
+//! (same image) is *the* place where `spec.source.uri` is synced into
+//! `/models/<model>/` before the server starts. It gets the URI and the
+//! credentials Secret as environment. What it can do today, honestly:
+//!
+//! - `pvc://claim/path`: the claim is mounted read-only at `/source` (the
+//!   path as its subPath) and copied in. This works.
+//! - every other scheme: it exits with a clear message, so the pod shows the
+//!   failure (and the status says so) instead of serving an empty folder.
+//!   When the server learns object storage, this container goes away and the
+//!   URI becomes `--model-repository` itself.
+//!
+//! The config override (the ConfigMap's `config.json`) is mounted read-only
+//! at `/etc/nereid/config` in both containers. Merging it over the
+//! repository's `config.pbtxt` into `/models/<model>/config.pbtxt` belongs in
+//! the fetch step, which has both; the shell step cannot convert JSON to
+//! protobuf text, so today the override is delivered (and its hash rolls the
+//! pods) but not yet applied. The server needs either a flag to read a JSON
+//! override or a fetch binary that writes the merged pbtxt.
+//!
+//! Everything else is shaped for serving: readiness on the model's own ready
+//! endpoint (a pod whose load failed is never sent traffic), a startup probe
+//! with room for big models, zero-unavailable rolling updates, and a drain
+//! (preStop pause, then `--exit-timeout-secs`) that fits in the grace period.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, HTTPGetAction,
+    Lifecycle, LifecycleHandler, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SecretEnvSource, SleepAction, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use nereid_crds::InferenceModel;
+
+use super::service::{self, Ports};
+use super::{config_map, labels};
+use crate::context::OperatorConfig;
+
+/// Pod template annotation holding the ConfigMap's hash: a config change
+/// changes the template, which rolls the pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "serving.nereid.dev/config-hash";
+/// The extended resource GPUs are requested as unless `spec.resources.gpuResource` says otherwise.
+pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// The taint GPU nodes commonly carry (the NVIDIA GPU operator's), tolerated
+/// automatically when GPUs are requested and the user gave no toleration for it.
+pub const GPU_TAINT: &str = "nvidia.com/gpu";
+
+pub const SERVER_CONTAINER: &str = "nereid-server";
+pub const FETCH_CONTAINER: &str = "model-fetch";
+
+pub const MODELS_VOLUME: &str = "models";
+pub const MODELS_PATH: &str = "/models";
+pub const CONFIG_VOLUME: &str = "model-config";
+pub const CONFIG_PATH: &str = "/etc/nereid/config";
+pub const SOURCE_VOLUME: &str = "model-source";
+pub const SOURCE_PATH: &str = "/source";
+
+/// Seconds the server drains in-flight requests after SIGTERM (`--exit-timeout-secs`).
+pub const EXIT_TIMEOUT_SECS: i64 = 30;
+/// Seconds the preStop hook waits before SIGTERM, so endpoint removal reaches
+/// every proxy before the server stops accepting.
+pub const PRE_STOP_SLEEP_SECS: i64 = 5;
+/// preStop pause + drain + a little slack.
+pub const TERMINATION_GRACE_SECS: i64 = PRE_STOP_SLEEP_SECS + EXIT_TIMEOUT_SECS + 5;
+/// Startup probe: every 10 s, up to 90 times: 15 minutes to fetch and load a big model.
+pub const STARTUP_PERIOD_SECS: i32 = 10;
+pub const STARTUP_FAILURES: i32 = 90;
+
+/// The fetch step (see the module docs). POSIX sh, so any base image with a shell runs it.
+const FETCH_SCRIPT: &str = r#"set -eu
+dest="/models/${NEREID_MODEL_NAME}"
+mkdir -p "$dest"
+case "$NEREID_SOURCE_URI" in
+  pvc://*)
+    cp -R /source/. "$dest/"
+    echo "model-fetch: copied ${NEREID_SOURCE_URI} into ${dest}"
+    ;;
+  *)
+    echo "model-fetch: cannot fetch ${NEREID_SOURCE_URI}: this server image reads only local folders; use a pvc:// source until object storage support lands" >&2
+    exit 1
+    ;;
+esac
+"#;
+
+/// The replicas the Deployment runs: `spec.replicas`, else the autoscaler's
+/// minimum, else 1.
+///
+/// An HPA scales the InferenceModel through its scale subresource (which
+/// writes `spec.replicas`), never the Deployment directly, so `spec.replicas`
+/// is the one source of truth even under autoscaling and is always applied.
+pub fn replicas(model: &InferenceModel) -> i32 {
+    model
+        .spec
+        .replicas
+        .or_else(|| model.spec.autoscaling.as_ref().and_then(|a| a.min_replicas))
+        .unwrap_or(1)
+}
+
+/// The number of GPUs each pod asks for, and as which resource.
+pub fn gpus(model: &InferenceModel) -> (u32, String) {
+    let resources = model.spec.resources.as_ref();
+    let count = resources.and_then(|r| r.gpu).unwrap_or(0);
+    let resource = resources
+        .and_then(|r| r.gpu_resource.clone())
+        .unwrap_or_else(|| DEFAULT_GPU_RESOURCE.to_string());
+    (count, resource)
+}
+
+/// The Deployment, named like the model. `config_hash` is the ConfigMap's hash.
+pub fn deployment(model: &InferenceModel, config: &OperatorConfig, config_hash: &str) -> Deployment {
+    Deployment {
+        metadata: labels::object_meta(model, model.name_any()),
+        spec: DeploymentSpec {
+            replicas: Some(replicas(model)),
+            selector: labels::label_selector(model),
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                // A new pod must be ready (model loaded) before an old one goes.
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
+            // Past the startup probe's whole budget, so a slow load is not a failed rollout.
+            progress_deadline_seconds: Some(STARTUP_PERIOD_SECS * STARTUP_FAILURES + 300),
+            revision_history_limit: Some(5),
+            template: pod_template(model, config, config_hash),
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    }
+}
+
+fn pod_template(model: &InferenceModel, config: &OperatorConfig, config_hash: &str) -> PodTemplateSpec {
+    let ports = service::ports(model);
+    let annotations = BTreeMap::from([
+        (CONFIG_HASH_ANNOTATION.to_string(), config_hash.to_string()),
+        ("prometheus.io/scrape".to_string(), "true".to_string()),
+        ("prometheus.io/port".to_string(), ports.metrics.to_string()),
+        ("prometheus.io/path".to_string(), "/metrics".to_string()),
+    ]);
+    let image = model
+        .spec
+        .server
+        .as_ref()
+        .and_then(|s| s.image.clone())
+        .unwrap_or_else(|| config.server_image.clone());
+    let mut containers = vec![server_container(model, &image, ports)];
+    if let Some(server) = &model.spec.server {
+        containers.extend(server.sidecars.iter().cloned());
+    }
+    let scheduling = model.spec.scheduling.clone().unwrap_or_default();
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels::labels(model)),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(PodSpec {
+            init_containers: Some(vec![fetch_container(model, &image)]),
+            containers,
+            volumes: Some(volumes(model)),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECS),
+            // Serving pods never talk to the Kubernetes API.
+            automount_service_account_token: Some(false),
+            node_selector: scheduling.node_selector,
+            tolerations: tolerations(model, scheduling.tolerations),
+            affinity: scheduling.affinity,
+            priority_class_name: scheduling.priority_class_name,
+            runtime_class_name: scheduling.runtime_class_name,
+            topology_spread_constraints: scheduling.topology_spread_constraints.map(|constraints| {
+                constraints
+                    .into_iter()
+                    .map(|mut c| {
+                        c.label_selector.get_or_insert_with(|| labels::label_selector(model));
+                        c
+                    })
+                    .collect()
+            }),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Container {
+    let name = model.name_any();
+    let mut args = vec![
+        "--model-repository".to_string(),
+        MODELS_PATH.to_string(),
+        "--model-control-mode".to_string(),
+        "explicit".to_string(),
+        "--load-model".to_string(),
+        name.clone(),
+        "--http-port".to_string(),
+        ports.http.to_string(),
+        "--grpc-port".to_string(),
+        ports.grpc.to_string(),
+        "--exit-timeout-secs".to_string(),
+        EXIT_TIMEOUT_SECS.to_string(),
+    ];
+    let server = model.spec.server.clone().unwrap_or_default();
+    args.extend(server.args);
+    let http_get = |path: String| HTTPGetAction {
+        path: Some(path),
+        port: IntOrString::String(service::HTTP.into()),
+        ..HTTPGetAction::default()
+    };
+    let port = |name: &str, number: i32| ContainerPort {
+        name: Some(name.to_string()),
+        container_port: number,
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    };
+    Container {
+        name: SERVER_CONTAINER.into(),
+        image: Some(image.to_string()),
+        command: Some(vec!["nereid-server".into()]),
+        args: Some(args),
+        env: (!server.env.is_empty()).then_some(server.env),
+        env_from: credentials(model),
+        ports: Some(vec![
+            port(service::HTTP, ports.http),
+            port(service::GRPC, ports.grpc),
+            port(service::METRICS, ports.metrics),
+        ]),
+        resources: Some(resources(model)),
+        liveness_probe: Some(Probe {
+            http_get: Some(http_get("/v2/health/live".into())),
+            period_seconds: Some(10),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
+        // The model's own endpoint: a pod whose load failed gets no traffic.
+        readiness_probe: Some(Probe {
+            http_get: Some(http_get(format!("/v2/models/{name}/ready"))),
+            period_seconds: Some(5),
+            timeout_seconds: Some(3),
+            failure_threshold: Some(3),
+            ..Probe::default()
+        }),
+        // The server binds its ports only after loading, so this covers the load.
+        startup_probe: Some(Probe {
+            http_get: Some(http_get("/v2/health/ready".into())),
+            period_seconds: Some(STARTUP_PERIOD_SECS),
+            timeout_seconds: Some(5),
+            failure_threshold: Some(STARTUP_FAILURES),
+            ..Probe::default()
+        }),
+        // The kubelet's own sleep action: no shell or `sleep` binary needed in the image.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: PRE_STOP_SLEEP_SECS,
+                }),
+                ..LifecycleHandler::default()
+            }),
+            ..Lifecycle::default()
+        }),
+        // A crash's last log lines become the termination message the status reports.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: Some(vec![
+            mount(MODELS_VOLUME, MODELS_PATH, false),
+            mount(CONFIG_VOLUME, CONFIG_PATH, true),
+        ]),
+        ..Container::default()
+    }
+}
+
+fn fetch_container(model: &InferenceModel, image: &str) -> Container {
+    let mut mounts = vec![
+        mount(MODELS_VOLUME, MODELS_PATH, false),
+        mount(CONFIG_VOLUME, CONFIG_PATH, true),
+    ];
+    if let Some((_, path)) = pvc_source(&model.spec.source.uri) {
+        mounts.push(VolumeMount {
+            sub_path: (!path.is_empty()).then(|| path.to_string()),
+            ..mount(SOURCE_VOLUME, SOURCE_PATH, true)
+        });
+    }
+    let env = |name: &str, value: String| EnvVar {
+        name: name.to_string(),
+        value: Some(value),
+        ..EnvVar::default()
+    };
+    Container {
+        name: FETCH_CONTAINER.into(),
+        image: Some(image.to_string()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), FETCH_SCRIPT.into()]),
+        env: Some(vec![
+            env("NEREID_SOURCE_URI", model.spec.source.uri.clone()),
+            env("NEREID_MODEL_NAME", model.name_any()),
+            env(
+                "NEREID_MODEL_CONFIG",
+                format!("{CONFIG_PATH}/{}", config_map::CONFIG_KEY),
+            ),
+        ]),
+        env_from: credentials(model),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: Some(mounts),
+        ..Container::default()
+    }
+}
+
+/// The credentials Secret's keys as environment variables.
+fn credentials(model: &InferenceModel) -> Option<Vec<EnvFromSource>> {
+    let secret = model.spec.source.credentials_secret.as_ref()?;
+    Some(vec![EnvFromSource {
+        secret_ref: Some(SecretEnvSource {
+            name: secret.clone(),
+            optional: Some(false),
+        }),
+        ..EnvFromSource::default()
+    }])
+}
+
+/// CPU and memory as both request and limit (predictable latency: no
+/// overcommit); GPUs as a limit, which Kubernetes also uses as the request.
+fn resources(model: &InferenceModel) -> ResourceRequirements {
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    if let Some(given) = &model.spec.resources {
+        for (name, quantity) in [("cpu", &given.cpu), ("memory", &given.memory)] {
+            if let Some(quantity) = quantity {
+                requests.insert(name.to_string(), quantity.clone());
+                limits.insert(name.to_string(), quantity.clone());
+            }
+        }
+    }
+    let (count, resource) = gpus(model);
+    if count > 0 {
+        limits.insert(resource, Quantity(count.to_string()));
+    }
+    ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        ..ResourceRequirements::default()
+    }
+}
+
+/// The user's tolerations, plus the GPU taint's when GPUs are requested and
+/// the user gave none that covers it.
+fn tolerations(model: &InferenceModel, given: Option<Vec<Toleration>>) -> Option<Vec<Toleration>> {
+    let (count, _) = gpus(model);
+    let mut tolerations = given.unwrap_or_default();
+    let covered = tolerations.iter().any(|t| match t.key.as_deref() {
+        Some(key) => key == GPU_TAINT,
+        // An empty key with Exists tolerates every taint.
+        None => t.operator.as_deref() == Some("Exists"),
+    });
+    if count > 0 && !covered {
+        tolerations.push(Toleration {
+            key: Some(GPU_TAINT.into()),
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Toleration::default()
+        });
+    }
+    (!tolerations.is_empty()).then_some(tolerations)
+}
+
+fn volumes(model: &InferenceModel) -> Vec<Volume> {
+    let mut volumes = vec![
+        Volume {
+            name: MODELS_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
+        Volume {
+            name: CONFIG_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_map::name(model),
+                ..ConfigMapVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ];
+    if let Some((claim, _)) = pvc_source(&model.spec.source.uri) {
+        volumes.push(Volume {
+            name: SOURCE_VOLUME.into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.to_string(),
+                read_only: Some(true),
+            }),
+            ..Volume::default()
+        });
+    }
+    volumes
+}
+
+fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.to_string(),
+        mount_path: path.to_string(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// `pvc://claim/some/path` into `("claim", "some/path")`; `None` for other schemes.
+pub fn pvc_source(uri: &str) -> Option<(&str, &str)> {
+    let rest = uri.strip_prefix("pvc://")?;
+    let (claim, path) = rest.split_once('/').unwrap_or((rest, ""));
+    (!claim.is_empty()).then_some((claim, path.trim_matches('/')))
+}

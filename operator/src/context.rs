@@ -1,0 +1,36 @@
+//! What every reconcile shares: the client, the metrics, the operator's
+//! settings and the event recorder.
+
+use std::sync::Arc;
+
+use kube::runtime::events::Recorder;
+
+use crate::metrics::Metrics;
+
+pub struct Context {
+    pub client: kube::Client,
+    pub metrics: Arc<Metrics>,
+    pub config: OperatorConfig,
+    pub recorder: Recorder,
+}
+
+/// Settings that shape the objects the operator builds.
+#[derive(Clone, Debug)]
+pub struct OperatorConfig {
+    /// The nereid-server image used when an InferenceModel names none.
+    pub server_image: String,
+    /// The one server-side-apply field manager for everything we write.
+    pub field_manager: String,
+    /// For the in-cluster addresses in `status.endpoints`.
+    pub cluster_domain: String,
+}
+
+impl Default for OperatorConfig {
+    fn default() -> Self {
+        OperatorConfig {
+            server_image: "nereid:latest".into(),
+            field_manager: "nereid-operator".into(),
+            cluster_domain: "cluster.local".into(),
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The InferenceModel controller: one reconcile, its error policy, and the
+//! watches that trigger it.
+//!
+//! A reconcile is a row of stages, each small enough to read on its own:
+//!
+//! 1. validate the spec ([`validate`]); an invalid one gets a status that
+//!    says why and nothing is applied;
+//! 2. check that the credentials Secret exists (a missing one is a status
+//!    condition, not a reason to stop: the pods start once it appears);
+//! 3. build the desired objects ([`crate::builders`], pure);
+//! 4. server-side apply each of them with one field manager ([`apply`]);
+//! 5. list the model's pods and derive the status ([`crate::status`], pure);
+//! 6. write the status only when it changed, and tell about condition
+//!    transitions with Kubernetes Events ([`events`]).
+//!
+//! Every object the reconcile writes is owned by the InferenceModel, so the
+//! watches of those objects ([`watches`]) bring the controller back whenever
+//! someone else changes them or their pods move.
+
+pub mod apply;
+pub mod events;
+pub mod validate;
+pub mod watches;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::runtime::controller::{Action, Config};
+use kube::runtime::{Controller, watcher};
+use kube::{Api, ResourceExt};
+use nereid_crds::conditions::PROGRESSING;
+use nereid_crds::{InferenceModel, InferenceModelStatus};
+use tokio_util::sync::CancellationToken;
+
+use crate::builders::{self, labels};
+use crate::context::Context;
+use crate::error::Error;
+use crate::status;
+
+/// The `kind` label of this controller's metrics.
+pub const KIND: &str = "InferenceModel";
+/// Requeue of a settled model: a safety net, since watches bring changes sooner.
+pub const SETTLED_REQUEUE: Duration = Duration::from_secs(60);
+/// Requeue while a rollout is in progress: soon enough to notice a failed
+/// load (which no watch event announces) within seconds of the grace period.
+pub const PROGRESSING_REQUEUE: Duration = Duration::from_secs(10);
+
+/// Brings one InferenceModel's objects and status in line with its spec.
+pub async fn reconcile(model: Arc<InferenceModel>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconcile_started(KIND);
+    let result = reconcile_stages(&model, &ctx).await;
+    ctx.metrics.reconcile_duration(KIND, started.elapsed().as_secs_f64());
+    result
+}
+
+/// What to do after a failed reconcile: count it, and retry after the
+/// error kind's backoff.
+pub fn error_policy(model: Arc<InferenceModel>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_failed(KIND, error.kind());
+    tracing::warn!(
+        model = %model.name_any(),
+        namespace = model.namespace().unwrap_or_default(),
+        kind = error.kind(),
+        error = %error,
+        "reconcile failed"
+    );
+    Action::requeue(error.requeue())
+}
+
+async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Action, Error> {
+    let namespace = model.namespace().ok_or(Error::MissingField("namespace"))?;
+    let name = model.metadata.name.clone().ok_or(Error::MissingField("name"))?;
+    let models: Api<InferenceModel> = Api::namespaced(ctx.client.clone(), &namespace);
+
+    // Being deleted: the garbage collector removes the owned objects; applying
+    // them again would only hold up a foreground deletion.
+    if model.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+
+    // 1. Validate.
+    if let Err(problems) = validate::validate(model) {
+        let status = status::invalid_spec_status(model, &problems, now());
+        write_status(&models, model, status, ctx).await?;
+        return Err(Error::InvalidSpec(problems));
+    }
+
+    // 2. The credentials Secret (metadata only: the operator never reads its data).
+    let secret_missing = match &model.spec.source.credentials_secret {
+        Some(secret) => {
+            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+            secrets
+                .get_metadata_opt(secret)
+                .await?
+                .is_none()
+                .then(|| secret.clone())
+        }
+        None => None,
+    };
+
+    // 3 and 4. Build and apply.
+    let desired = builders::desired(model, &ctx.config);
+    let deployment = apply::apply_all(&ctx.client, &namespace, desired, &ctx.config.field_manager).await?;
+
+    // 5. Observe.
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pods = pods
+        .list(&ListParams::default().labels(&labels::selector_string(model)))
+        .await?
+        .items;
+    let status = status::derive_status(
+        model,
+        Some(&deployment),
+        &pods,
+        secret_missing.as_deref(),
+        &ctx.config.cluster_domain,
+        now(),
+    );
+    let progressing = is_true(&status, PROGRESSING);
+
+    // 6. Report.
+    write_status(&models, model, status, ctx).await?;
+    if let Some(secret) = secret_missing {
+        return Err(Error::MissingSecret(secret));
+    }
+    tracing::debug!(model = %name, %namespace, progressing, "reconciled");
+    Ok(Action::requeue(if progressing {
+        PROGRESSING_REQUEUE
+    } else {
+        SETTLED_REQUEUE
+    }))
+}
+
+/// Patches the status subresource when `status` differs from the model's,
+/// then publishes an Event per condition transition. Events are best effort:
+/// failing to publish one is logged, not retried.
+async fn write_status(
+    models: &Api<InferenceModel>,
+    model: &InferenceModel,
+    status: InferenceModelStatus,
+    ctx: &Context,
+) -> Result<(), Error> {
+    if model.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    apply::patch_status(models, model, &status, &ctx.config.field_manager).await?;
+    events::publish(&ctx.recorder, model, model.status.as_ref(), &status).await;
+    Ok(())
+}
+
+fn is_true(status: &InferenceModelStatus, type_: &str) -> bool {
+    status.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// Runs the controller until `shutdown` resolves; reconciles in flight finish first.
+///
+/// Owned objects are watched through their metadata only and filtered to the
+/// operator's label; Secrets are watched so that creating a missing
+/// credentials Secret fixes its models at once; pods are watched (by label)
+/// because their state changes are what the status reports.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 'static) {
+    let client = ctx.client.clone();
+    // `graceful_shutdown_on` wants a `Sync` future; a token gives one.
+    let stop = CancellationToken::new();
+    let stopper = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown.await;
+            stop.cancel();
+        }
+    });
+    let managed = watcher::Config::default().labels(&labels::managed_selector());
+    let controller = Controller::new(Api::<InferenceModel>::all(client.clone()), watcher::Config::default());
+    let store = controller.store();
+    controller
+        .with_config(Config::default().debounce(Duration::from_secs(1)))
+        .owns(Api::<ConfigMap>::all(client.clone()), managed.clone())
+        .owns(Api::<Deployment>::all(client.clone()), managed.clone())
+        .owns(Api::<Service>::all(client.clone()), managed.clone())
+        .owns(Api::<PodDisruptionBudget>::all(client.clone()), managed.clone())
+        .watches(
+            Api::<Secret>::all(client.clone()),
+            watcher::Config::default(),
+            move |secret| watches::models_naming_secret(&store.state(), &secret),
+        )
+        .watches(Api::<Pod>::all(client), managed, |pod| watches::model_of_pod(&pod))
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::trace!(%object, "reconciled"),
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {
+                    // Already counted and logged by `error_policy`.
+                }
+                Err(error) => tracing::warn!(%error, "controller error"),
+            }
+        })
+        .await;
+    stopper.abort();
+}

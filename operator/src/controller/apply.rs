@@ -1,0 +1,71 @@
+//! Writing to the API server: server-side apply of the owned objects and of
+//! the status, always as the one field manager.
+//!
+//! Server-side apply sends the whole desired object every time and lets the
+//! API server work out the difference: fields we stop setting are removed,
+//! fields others own (an HPA, a mutating webhook, `kubectl edit` of a field we
+//! do not set) are left alone. `force` takes fields back from anyone who
+//! changed what we own, which is what a controller that owns them should do.
+
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use nereid_crds::{InferenceModel, InferenceModelStatus};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::builders::Desired;
+use crate::error::Error;
+
+/// Applies every desired object, the ConfigMap first (the pods mount it),
+/// and returns the Deployment as the API server now has it (with its status).
+pub async fn apply_all(
+    client: &Client,
+    namespace: &str,
+    desired: Desired,
+    field_manager: &str,
+) -> Result<Deployment, Error> {
+    apply(client, namespace, &desired.config_map, field_manager).await?;
+    let deployment = apply(client, namespace, &desired.deployment, field_manager).await?;
+    apply(client, namespace, &desired.service, field_manager).await?;
+    apply(client, namespace, &desired.pdb, field_manager).await?;
+    Ok(deployment)
+}
+
+/// Server-side applies one namespaced object.
+pub async fn apply<K>(client: &Client, namespace: &str, object: &K, field_manager: &str) -> Result<K, Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + Serialize + DeserializeOwned,
+{
+    let name = object.meta().name.clone().ok_or(Error::MissingField("name"))?;
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let params = PatchParams::apply(field_manager).force();
+    Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
+}
+
+/// Server-side applies the status subresource. The manager owns every status
+/// field, so a field left out (a cleared failure) is removed.
+pub async fn patch_status(
+    models: &Api<InferenceModel>,
+    model: &InferenceModel,
+    status: &InferenceModelStatus,
+    field_manager: &str,
+) -> Result<(), Error> {
+    let status = serde_json::to_value(status).map_err(|source| Error::Serialize {
+        what: "the InferenceModel status",
+        source,
+    })?;
+    let body = serde_json::json!({
+        "apiVersion": InferenceModel::api_version(&()),
+        "kind": InferenceModel::kind(&()),
+        "status": status,
+    });
+    let params = PatchParams::apply(field_manager).force();
+    models
+        .patch_status(&model.name_any(), &params, &Patch::Apply(&body))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! The `nereid-operator` binary: connect, elect, serve health, reconcile.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use clap::Parser;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use nereid_operator::args::Args;
+use nereid_operator::context::Context;
+use nereid_operator::leader::LeaderElector;
+use nereid_operator::metrics::Metrics;
+use nereid_operator::{controller, health};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nereid-operator: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("no Kubernetes cluster found: set KUBECONFIG or run in a pod with a service account")?;
+    let version = tokio::time::timeout(Duration::from_secs(10), client.apiserver_version())
+        .await
+        .context("the Kubernetes API server did not answer within 10 s")?
+        .context("cannot reach the Kubernetes API server")?;
+    tracing::info!(version = %version.git_version, "connected to the Kubernetes API server");
+
+    let stop = CancellationToken::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            stop.cancel();
+        }
+    });
+
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let health_task = tokio::spawn(health::serve(
+        args.metrics_address,
+        health::router(metrics.clone(), ready.clone()),
+        stop.clone().cancelled_owned(),
+    ));
+
+    let identity = args.election.identity();
+    let (leading_tx, mut leading) = tokio::sync::watch::channel(args.election.disable_leader_election);
+    let election = if args.election.disable_leader_election {
+        None
+    } else {
+        let elector = LeaderElector::new(
+            client.clone(),
+            &args.election.lease_namespace,
+            &args.election.lease_name,
+            &identity,
+            args.election.lease_duration(),
+        );
+        Some(tokio::spawn(elector.run(leading_tx, stop.clone())))
+    };
+    ready.store(true, Ordering::Release);
+
+    // Standby until we lead (or are told to stop).
+    tokio::select! {
+        () = stop.cancelled() => {}
+        _ = leading.wait_for(|l| *l) => {}
+    }
+    let mut outcome = Ok(());
+    if !stop.is_cancelled() {
+        tracing::info!(%identity, "leading: reconciling");
+        metrics.set_leader(true);
+        let context = Arc::new(Context {
+            client: client.clone(),
+            metrics: metrics.clone(),
+            config: args.operator_config(),
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "nereid-operator".into(),
+                    instance: Some(identity.clone()),
+                },
+            ),
+        });
+        // Reconcile until asked to stop or until the lease is lost: a
+        // replica that lost its lease must stop writing at once.
+        let lost = CancellationToken::new();
+        let controller_stop = {
+            let (stop, lost) = (stop.clone(), lost.clone());
+            async move {
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    _ = leading.wait_for(|l| !*l) => lost.cancel(),
+                }
+            }
+        };
+        controller::run(context, controller_stop).await;
+        metrics.set_leader(false);
+        if lost.is_cancelled() {
+            outcome = Err(anyhow::anyhow!(
+                "lost the leader lease; exiting so that a fresh start can compete again"
+            ));
+            stop.cancel();
+        }
+    }
+    if let Some(election) = election {
+        let _ = election.await;
+    }
+    let _ = health_task.await;
+    if let Err(e) = outcome {
+        bail!(e);
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn wait_for_signal() {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

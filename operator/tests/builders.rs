@@ -1,0 +1,552 @@
+//! The builders, field by field: every part of an InferenceModel's spec
+//! lands where the serving pods, the Service and the budget need it.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Probe, Toleration, TopologySpreadConstraint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use nereid_crds::{
+    Autoscaling, AutoscalingMetric, InferenceModel, InferenceModelSpec, ModelConfigOverride, ModelResources,
+    Scheduling, ServerPorts, ServerSpec,
+};
+use nereid_operator::builders::deployment::{CONFIG_HASH_ANNOTATION, FETCH_CONTAINER, SERVER_CONTAINER};
+use nereid_operator::builders::{self, labels};
+use support::{config, model, model_with, spec};
+
+fn deployment_of(model: &InferenceModel) -> Deployment {
+    builders::desired(model, &config()).deployment
+}
+
+fn pod_spec(d: &Deployment) -> &PodSpec {
+    d.spec.template.spec.as_ref().unwrap()
+}
+
+fn server(d: &Deployment) -> &Container {
+    pod_spec(d)
+        .containers
+        .iter()
+        .find(|c| c.name == SERVER_CONTAINER)
+        .unwrap()
+}
+
+fn fetch(d: &Deployment) -> &Container {
+    pod_spec(d)
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == FETCH_CONTAINER)
+        .unwrap()
+}
+
+fn with_gpus(gpu: u32, gpu_resource: Option<&str>) -> InferenceModel {
+    model_with(InferenceModelSpec {
+        resources: Some(ModelResources {
+            cpu: Some(Quantity("4".into())),
+            memory: Some(Quantity("16Gi".into())),
+            gpu: Some(gpu),
+            gpu_resource: gpu_resource.map(str::to_string),
+        }),
+        ..spec()
+    })
+}
+
+fn probe_path(probe: &Option<Probe>) -> String {
+    let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    assert_eq!(get.port, IntOrString::String("http".into()));
+    get.path.clone().unwrap()
+}
+
+fn gpu_toleration() -> Toleration {
+    Toleration {
+        key: Some("nvidia.com/gpu".into()),
+        operator: Some("Exists".into()),
+        effect: Some("NoSchedule".into()),
+        ..Toleration::default()
+    }
+}
+
+#[test]
+fn gpus_become_a_limit_and_a_toleration() {
+    let d = deployment_of(&with_gpus(2, None));
+    let resources = server(&d).resources.clone().unwrap();
+    let limits = resources.limits.unwrap();
+    assert_eq!(limits["nvidia.com/gpu"], Quantity("2".into()));
+    assert_eq!(limits["cpu"], Quantity("4".into()));
+    assert_eq!(limits["memory"], Quantity("16Gi".into()));
+    let requests = resources.requests.unwrap();
+    assert_eq!(requests["cpu"], Quantity("4".into()));
+    assert_eq!(requests["memory"], Quantity("16Gi".into()));
+    assert!(
+        !requests.contains_key("nvidia.com/gpu"),
+        "extended resources are set as limits"
+    );
+    assert_eq!(pod_spec(&d).tolerations, Some(vec![gpu_toleration()]));
+}
+
+#[test]
+fn a_mig_profile_is_requested_by_its_resource_name() {
+    let d = deployment_of(&with_gpus(1, Some("nvidia.com/mig-1g.10gb")));
+    let limits = server(&d).resources.clone().unwrap().limits.unwrap();
+    assert_eq!(limits["nvidia.com/mig-1g.10gb"], Quantity("1".into()));
+    assert!(!limits.contains_key("nvidia.com/gpu"));
+    assert_eq!(pod_spec(&d).tolerations, Some(vec![gpu_toleration()]));
+}
+
+#[test]
+fn no_gpus_means_no_gpu_limit_and_no_toleration() {
+    let d = deployment_of(&with_gpus(0, None));
+    let limits = server(&d).resources.clone().unwrap().limits.unwrap();
+    assert!(!limits.contains_key("nvidia.com/gpu"));
+    assert_eq!(pod_spec(&d).tolerations, None);
+    let d = deployment_of(&model());
+    assert_eq!(server(&d).resources.clone().unwrap().limits, None);
+}
+
+#[test]
+fn a_user_gpu_toleration_is_not_duplicated_and_others_are_kept() {
+    let user = vec![
+        Toleration {
+            key: Some("nvidia.com/gpu".into()),
+            operator: Some("Equal".into()),
+            value: Some("a100".into()),
+            effect: Some("NoSchedule".into()),
+            ..Toleration::default()
+        },
+        Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Exists".into()),
+            ..Toleration::default()
+        },
+    ];
+    let mut m = with_gpus(1, None);
+    m.spec.scheduling = Some(Scheduling {
+        tolerations: Some(user.clone()),
+        ..Scheduling::default()
+    });
+    assert_eq!(pod_spec(&deployment_of(&m)).tolerations, Some(user));
+
+    let only_other = vec![Toleration {
+        key: Some("dedicated".into()),
+        operator: Some("Exists".into()),
+        ..Toleration::default()
+    }];
+    m.spec.scheduling = Some(Scheduling {
+        tolerations: Some(only_other.clone()),
+        ..Scheduling::default()
+    });
+    let mut expected = only_other;
+    expected.push(gpu_toleration());
+    assert_eq!(pod_spec(&deployment_of(&m)).tolerations, Some(expected));
+}
+
+#[test]
+fn probes_check_liveness_the_model_and_a_long_startup() {
+    let d = deployment_of(&model());
+    let c = server(&d);
+    assert_eq!(probe_path(&c.liveness_probe), "/v2/health/live");
+    assert_eq!(probe_path(&c.readiness_probe), "/v2/models/resnet/ready");
+    assert_eq!(probe_path(&c.startup_probe), "/v2/health/ready");
+    let startup = c.startup_probe.clone().unwrap();
+    let budget = startup.period_seconds.unwrap() * startup.failure_threshold.unwrap();
+    assert!(
+        budget >= 900,
+        "a big model gets at least 15 minutes to load, got {budget}s"
+    );
+    let deadline = d.spec.progress_deadline_seconds.unwrap();
+    assert!(deadline > budget, "a slow load is not a failed rollout");
+}
+
+#[test]
+fn draining_fits_in_the_grace_period() {
+    let d = deployment_of(&model());
+    let c = server(&d);
+    let pre_stop = c.lifecycle.clone().unwrap().pre_stop.unwrap();
+    let sleep = pre_stop.sleep.unwrap().seconds;
+    assert_eq!(sleep, 5);
+    let args = c.args.clone().unwrap();
+    let exit = args.iter().position(|a| a == "--exit-timeout-secs").unwrap();
+    let exit: i64 = args[exit + 1].parse().unwrap();
+    assert_eq!(exit, 30);
+    let grace = pod_spec(&d).termination_grace_period_seconds.unwrap();
+    assert_eq!(grace, 40);
+    assert!(grace > sleep + exit);
+}
+
+#[test]
+fn the_server_loads_exactly_this_model_from_the_fetched_folder() {
+    let mut m = model();
+    m.spec.server = Some(ServerSpec {
+        args: vec!["--http-max-input-size".into(), "1048576".into()],
+        ..ServerSpec::default()
+    });
+    let d = deployment_of(&m);
+    let c = server(&d);
+    assert_eq!(c.command, Some(vec!["nereid-server".to_string()]));
+    let args = c.args.clone().unwrap();
+    let expected_prefix = [
+        "--model-repository",
+        "/models",
+        "--model-control-mode",
+        "explicit",
+        "--load-model",
+        "resnet",
+        "--http-port",
+        "8000",
+        "--grpc-port",
+        "8001",
+    ];
+    assert_eq!(&args[..expected_prefix.len()], expected_prefix);
+    assert_eq!(
+        &args[args.len() - 2..],
+        ["--http-max-input-size", "1048576"],
+        "user args come last"
+    );
+}
+
+#[test]
+fn the_image_is_the_operators_default_unless_the_spec_names_one() {
+    let d = deployment_of(&model());
+    assert_eq!(server(&d).image.as_deref(), Some("ghcr.io/nereid/nereid:test"));
+    assert_eq!(fetch(&d).image.as_deref(), Some("ghcr.io/nereid/nereid:test"));
+    let mut m = model();
+    m.spec.server = Some(ServerSpec {
+        image: Some("registry.local/nereid:dev".into()),
+        ..ServerSpec::default()
+    });
+    let d = deployment_of(&m);
+    assert_eq!(server(&d).image.as_deref(), Some("registry.local/nereid:dev"));
+    assert_eq!(fetch(&d).image.as_deref(), Some("registry.local/nereid:dev"));
+}
+
+#[test]
+fn env_and_the_credentials_secret_reach_the_containers() {
+    let mut m = model();
+    m.spec.source.credentials_secret = Some("s3-creds".into());
+    let env = EnvVar {
+        name: "AWS_REGION".into(),
+        value: Some("eu-west-1".into()),
+        ..EnvVar::default()
+    };
+    m.spec.server = Some(ServerSpec {
+        env: vec![env.clone()],
+        ..ServerSpec::default()
+    });
+    let d = deployment_of(&m);
+    for c in [server(&d), fetch(&d)] {
+        let from = c.env_from.clone().unwrap();
+        assert_eq!(from.len(), 1, "{}", c.name);
+        let secret = from[0].secret_ref.clone().unwrap();
+        assert_eq!(secret.name, "s3-creds");
+        assert_eq!(secret.optional, Some(false));
+    }
+    assert_eq!(server(&d).env, Some(vec![env]));
+    let fetch_env: BTreeMap<_, _> = fetch(&d)
+        .env
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.value.unwrap()))
+        .collect();
+    assert_eq!(fetch_env["NEREID_SOURCE_URI"], "s3://models/resnet");
+    assert_eq!(fetch_env["NEREID_MODEL_NAME"], "resnet");
+
+    let d = deployment_of(&model());
+    assert_eq!(server(&d).env_from, None);
+    assert_eq!(server(&d).env, None);
+}
+
+#[test]
+fn ports_are_named_and_follow_the_spec() {
+    let d = deployment_of(&model());
+    let ports: Vec<_> = server(&d)
+        .ports
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.name.unwrap(), p.container_port))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("http".to_string(), 8000),
+            ("grpc".to_string(), 8001),
+            ("metrics".to_string(), 8002)
+        ]
+    );
+
+    let mut m = model();
+    m.spec.server = Some(ServerSpec {
+        ports: Some(ServerPorts {
+            http: Some(9000),
+            grpc: Some(9001),
+            metrics: Some(9002),
+        }),
+        ..ServerSpec::default()
+    });
+    let desired = builders::desired(&m, &config());
+    let args = server(&desired.deployment).args.clone().unwrap();
+    assert!(args.windows(2).any(|w| w == ["--http-port", "9000"]));
+    assert!(args.windows(2).any(|w| w == ["--grpc-port", "9001"]));
+    let annotations = desired
+        .deployment
+        .spec
+        .template
+        .metadata
+        .clone()
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert_eq!(annotations["prometheus.io/port"], "9002");
+    let service_ports: Vec<_> = desired
+        .service
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.port, p.target_port.unwrap()))
+        .collect();
+    assert_eq!(
+        service_ports,
+        [
+            (9000, IntOrString::String("http".into())),
+            (9001, IntOrString::String("grpc".into())),
+            (9002, IntOrString::String("metrics".into()))
+        ]
+    );
+}
+
+#[test]
+fn the_service_speaks_h2c_on_grpc_and_selects_the_pods() {
+    let m = model();
+    let service = builders::desired(&m, &config()).service;
+    assert_eq!(service.metadata.name.as_deref(), Some("resnet"));
+    let spec = service.spec.unwrap();
+    assert_eq!(spec.selector, Some(labels::selector(&m)));
+    let ports = spec.ports.unwrap();
+    let grpc = ports.iter().find(|p| p.name.as_deref() == Some("grpc")).unwrap();
+    assert_eq!(grpc.port, 8001);
+    assert_eq!(grpc.app_protocol.as_deref(), Some("kubernetes.io/h2c"));
+    let http = ports.iter().find(|p| p.name.as_deref() == Some("http")).unwrap();
+    assert_eq!((http.port, http.app_protocol.as_deref()), (8000, None));
+    let metrics = ports.iter().find(|p| p.name.as_deref() == Some("metrics")).unwrap();
+    assert_eq!(metrics.port, 8002);
+}
+
+#[test]
+fn the_budget_allows_one_pod_down_and_selects_the_pods() {
+    let m = model();
+    let pdb = builders::desired(&m, &config()).pdb;
+    let spec = pdb.spec.unwrap();
+    assert_eq!(spec.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(spec.min_available, None);
+    assert_eq!(spec.selector.unwrap().match_labels, Some(labels::selector(&m)));
+}
+
+#[test]
+fn every_object_is_labelled_namespaced_and_owned_by_the_model() {
+    let m = model();
+    let desired = builders::desired(&m, &config());
+    let metas = [
+        &desired.config_map.metadata,
+        &desired.deployment.metadata,
+        &desired.service.metadata,
+        &desired.pdb.metadata,
+    ];
+    for meta in metas {
+        assert_eq!(meta.namespace.as_deref(), Some("ml"));
+        assert_eq!(meta.labels, Some(labels::labels(&m)));
+        let owners = meta.owner_references.clone().unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].kind, "InferenceModel");
+        assert_eq!(owners[0].uid, "11111111-2222-3333-4444-555555555555");
+        assert_eq!(owners[0].controller, Some(true));
+        assert_eq!(owners[0].block_owner_deletion, Some(true));
+    }
+}
+
+#[test]
+fn pods_carry_the_labels_the_selector_and_the_scrape_annotations() {
+    let m = model();
+    let d = deployment_of(&m);
+    assert_eq!(d.spec.selector.match_labels, Some(labels::selector(&m)));
+    let template = d.spec.template.metadata.clone().unwrap();
+    let pod_labels = template.labels.unwrap();
+    for (k, v) in labels::selector(&m) {
+        assert_eq!(pod_labels.get(&k), Some(&v));
+    }
+    assert_eq!(pod_labels["serving.nereid.dev/model"], "resnet");
+    let annotations = template.annotations.unwrap();
+    assert_eq!(annotations["prometheus.io/scrape"], "true");
+    assert_eq!(annotations["prometheus.io/port"], "8002");
+    assert_eq!(annotations["prometheus.io/path"], "/metrics");
+    assert_eq!(annotations[CONFIG_HASH_ANNOTATION].len(), 16);
+}
+
+#[test]
+fn a_config_change_changes_the_pod_template_hash() {
+    let before = deployment_of(&model());
+    let mut m = model();
+    m.spec.config = Some(ModelConfigOverride {
+        max_batch_size: Some(16),
+        ..ModelConfigOverride::default()
+    });
+    let after = deployment_of(&m);
+    let hash =
+        |d: &Deployment| d.spec.template.metadata.clone().unwrap().annotations.unwrap()[CONFIG_HASH_ANNOTATION].clone();
+    assert_ne!(hash(&before), hash(&after));
+    assert_eq!(hash(&before), hash(&deployment_of(&model())), "same spec, same hash");
+}
+
+#[test]
+fn rolling_updates_never_take_a_serving_pod_down_first() {
+    let d = deployment_of(&model());
+    let strategy = d.spec.strategy.unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let rolling = strategy.rolling_update.unwrap();
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)));
+}
+
+#[test]
+fn replicas_follow_the_spec_even_under_autoscaling() {
+    assert_eq!(deployment_of(&model()).spec.replicas, Some(1));
+    let mut m = model();
+    m.spec.replicas = Some(3);
+    assert_eq!(deployment_of(&m).spec.replicas, Some(3));
+    // The HPA scales the InferenceModel (its scale subresource writes
+    // spec.replicas), so the operator keeps carrying spec.replicas over.
+    m.spec.autoscaling = Some(Autoscaling {
+        min_replicas: Some(2),
+        max_replicas: 8,
+        metric: AutoscalingMetric::QueueTimeMicros,
+        target: "500".into(),
+        behavior: None,
+    });
+    assert_eq!(deployment_of(&m).spec.replicas, Some(3));
+    m.spec.replicas = None;
+    assert_eq!(
+        deployment_of(&m).spec.replicas,
+        Some(2),
+        "the autoscaler's minimum until it scales"
+    );
+}
+
+#[test]
+fn scheduling_fields_land_on_the_pod() {
+    let mut m = with_gpus(1, None);
+    let spread = TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: "topology.kubernetes.io/zone".into(),
+        when_unsatisfiable: "ScheduleAnyway".into(),
+        ..TopologySpreadConstraint::default()
+    };
+    m.spec.scheduling = Some(Scheduling {
+        node_selector: Some(BTreeMap::from([(
+            "nvidia.com/gpu.present".to_string(),
+            "true".to_string(),
+        )])),
+        priority_class_name: Some("inference".into()),
+        runtime_class_name: Some("nvidia".into()),
+        topology_spread_constraints: Some(vec![spread]),
+        affinity: Some(Default::default()),
+        tolerations: None,
+    });
+    let d = deployment_of(&m);
+    let pod = pod_spec(&d);
+    assert_eq!(pod.node_selector.clone().unwrap()["nvidia.com/gpu.present"], "true");
+    assert_eq!(pod.priority_class_name.as_deref(), Some("inference"));
+    assert_eq!(pod.runtime_class_name.as_deref(), Some("nvidia"));
+    assert!(pod.affinity.is_some());
+    let spread = &pod.topology_spread_constraints.clone().unwrap()[0];
+    assert_eq!(spread.topology_key, "topology.kubernetes.io/zone");
+    assert_eq!(
+        spread.label_selector.clone().unwrap().match_labels,
+        Some(labels::selector(&m)),
+        "a constraint without a selector spreads the model's own pods"
+    );
+    assert_eq!(pod.automount_service_account_token, Some(false));
+}
+
+#[test]
+fn sidecars_come_after_the_server() {
+    let mut m = model();
+    m.spec.server = Some(ServerSpec {
+        sidecars: vec![Container {
+            name: "log-shipper".into(),
+            image: Some("fluent-bit".into()),
+            ..Container::default()
+        }],
+        ..ServerSpec::default()
+    });
+    let d = deployment_of(&m);
+    let names: Vec<_> = pod_spec(&d).containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["nereid-server", "log-shipper"]);
+}
+
+#[test]
+fn the_model_is_fetched_into_an_empty_dir_with_the_config_mounted() {
+    let d = deployment_of(&model());
+    let pod = pod_spec(&d);
+    let volumes = pod.volumes.clone().unwrap();
+    let models = volumes.iter().find(|v| v.name == "models").unwrap();
+    assert!(models.empty_dir.is_some());
+    let config = volumes.iter().find(|v| v.name == "model-config").unwrap();
+    assert_eq!(config.config_map.clone().unwrap().name, "resnet-config");
+    assert!(volumes.iter().all(|v| v.persistent_volume_claim.is_none()));
+    for c in [server(&d), fetch(&d)] {
+        let mounts = c.volume_mounts.clone().unwrap();
+        assert!(
+            mounts.iter().any(|m| m.name == "models" && m.mount_path == "/models"),
+            "{}",
+            c.name
+        );
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.name == "model-config" && m.read_only == Some(true))
+        );
+    }
+}
+
+#[test]
+fn a_pvc_source_is_mounted_read_only_at_its_path() {
+    let mut m = model();
+    m.spec.source.uri = "pvc://model-store/zoo/resnet".into();
+    let d = deployment_of(&m);
+    let volumes = pod_spec(&d).volumes.clone().unwrap();
+    let claim = volumes.iter().find_map(|v| v.persistent_volume_claim.clone()).unwrap();
+    assert_eq!(claim.claim_name, "model-store");
+    assert_eq!(claim.read_only, Some(true));
+    let mount = fetch(&d)
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .find(|m| m.name == "model-source")
+        .unwrap();
+    assert_eq!(mount.sub_path.as_deref(), Some("zoo/resnet"));
+    assert_eq!(mount.read_only, Some(true));
+    assert!(
+        server(&d)
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .iter()
+            .all(|m| m.name != "model-source"),
+        "only the fetch step reads the claim"
+    );
+}
+
+#[test]
+fn pvc_uris_parse_into_claim_and_path() {
+    use nereid_operator::builders::deployment::pvc_source;
+    assert_eq!(pvc_source("pvc://claim/a/b/"), Some(("claim", "a/b")));
+    assert_eq!(pvc_source("pvc://claim"), Some(("claim", "")));
+    assert_eq!(pvc_source("pvc:///a"), None);
+    assert_eq!(pvc_source("s3://bucket/a"), None);
+}

@@ -1,0 +1,427 @@
+//! The reconcile against a mocked API server: the exact requests it makes,
+//! in order, for the create, update, invalid-spec, missing-Secret and
+//! API-error paths. Each test is bounded by timeouts, so a missing or extra
+//! request fails the test instead of hanging it.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use nereid_crds::{InferenceModel, InferenceModelStatus};
+use nereid_operator::context::Context;
+use nereid_operator::controller::{error_policy, reconcile};
+use nereid_operator::error::Error;
+use nereid_operator::metrics::Metrics;
+use nereid_operator::status::derive_status;
+use serde_json::{Value, json};
+use support::*;
+use tokio::time::timeout;
+use tower_test::mock::{self, Handle, SendResponse};
+
+const STEP: Duration = Duration::from_secs(5);
+const APPLY_QUERY: [&str; 2] = ["fieldManager=nereid-operator", "force=true"];
+
+/// The API server side of the mock: answers the reconcile's requests one by
+/// one and checks each is the one expected.
+struct ApiServer {
+    handle: Handle<Request<Body>, Response<Body>>,
+}
+
+fn setup() -> (Arc<Context>, ApiServer) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let ctx = Context {
+        client: client.clone(),
+        metrics: Arc::new(Metrics::new()),
+        config: config(),
+        recorder: Recorder::new(
+            client,
+            Reporter {
+                controller: "nereid-operator".into(),
+                instance: None,
+            },
+        ),
+    };
+    (Arc::new(ctx), ApiServer { handle })
+}
+
+fn respond(send: SendResponse<Response<Body>>, status: StatusCode, body: &Value) {
+    let response = Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Body::from(serde_json::to_vec(body).unwrap()))
+        .unwrap();
+    send.send_response(response);
+}
+
+fn status_body(code: u16, reason: &str, message: &str) -> Value {
+    json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "reason": reason, "message": message, "code": code,
+    })
+}
+
+const MODEL_PATH: &str = "/apis/serving.nereid.dev/v1alpha1/namespaces/ml/inferencemodels/resnet";
+
+impl ApiServer {
+    async fn next(&mut self, what: &str) -> (Request<Body>, SendResponse<Response<Body>>) {
+        timeout(STEP, self.handle.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+            .unwrap_or_else(|| panic!("the client went away before {what}"))
+    }
+
+    async fn body(request: Request<Body>) -> Value {
+        let bytes = request.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// Expects a server-side apply of `path`, answers with `answer(body)`, returns the body sent.
+    async fn expect_apply(&mut self, path: &str, answer: impl FnOnce(&Value) -> Value) -> Value {
+        let (request, send) = self.next(path).await;
+        assert_eq!(request.method(), Method::PATCH, "{path}");
+        assert_eq!(request.uri().path(), path);
+        let query = request.uri().query().unwrap_or_default().to_string();
+        for part in APPLY_QUERY {
+            assert!(query.contains(part), "{path}: query '{query}' lacks {part}");
+        }
+        assert_eq!(
+            request.headers()["content-type"],
+            "application/apply-patch+yaml",
+            "{path} is applied server-side"
+        );
+        let body = Self::body(request).await;
+        respond(send, StatusCode::OK, &answer(&body));
+        body
+    }
+
+    /// Expects the four owned objects, in order; the Deployment is answered with `deployment`.
+    async fn expect_objects(&mut self, deployment: &Deployment) -> [Value; 4] {
+        let config_map = self
+            .expect_apply("/api/v1/namespaces/ml/configmaps/resnet-config", Value::clone)
+            .await;
+        let answer = serde_json::to_value(deployment).unwrap();
+        let sent_deployment = self
+            .expect_apply("/apis/apps/v1/namespaces/ml/deployments/resnet", |_| answer)
+            .await;
+        let service = self
+            .expect_apply("/api/v1/namespaces/ml/services/resnet", Value::clone)
+            .await;
+        let pdb = self
+            .expect_apply(
+                "/apis/policy/v1/namespaces/ml/poddisruptionbudgets/resnet",
+                Value::clone,
+            )
+            .await;
+        [config_map, sent_deployment, service, pdb]
+    }
+
+    async fn expect_list_pods(&mut self, pods: &[Pod]) {
+        let (request, send) = self.next("the pod list").await;
+        assert_eq!(request.method(), Method::GET);
+        assert_eq!(request.uri().path(), "/api/v1/namespaces/ml/pods");
+        let query = request.uri().query().unwrap_or_default();
+        assert!(
+            query.contains(
+                "labelSelector=app.kubernetes.io%2Fname%3Dnereid-server%2Cserving.nereid.dev%2Fmodel%3Dresnet"
+            ),
+            "{query}"
+        );
+        let list = json!({
+            "apiVersion": "v1", "kind": "PodList", "metadata": { "resourceVersion": "7" },
+            "items": pods,
+        });
+        respond(send, StatusCode::OK, &list);
+    }
+
+    async fn expect_secret(&mut self, name: &str, exists: bool) {
+        let (request, send) = self.next("the Secret lookup").await;
+        assert_eq!(request.method(), Method::GET);
+        assert_eq!(request.uri().path(), format!("/api/v1/namespaces/ml/secrets/{name}"));
+        let accept = request.headers()["accept"].to_str().unwrap().to_string();
+        assert!(
+            accept.contains("as=PartialObjectMetadata"),
+            "only metadata is read: {accept}"
+        );
+        if exists {
+            let meta = json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": { "name": name, "namespace": "ml" },
+            });
+            respond(send, StatusCode::OK, &meta);
+        } else {
+            let message = format!("secrets \"{name}\" not found");
+            respond(send, StatusCode::NOT_FOUND, &status_body(404, "NotFound", &message));
+        }
+    }
+
+    /// Expects a server-side apply of the status subresource; returns the status sent.
+    async fn expect_status(&mut self) -> InferenceModelStatus {
+        let path = format!("{MODEL_PATH}/status");
+        let body = self
+            .expect_apply(&path, |body| {
+                let mut stored = serde_json::to_value(model()).unwrap();
+                stored["status"] = body["status"].clone();
+                stored
+            })
+            .await;
+        assert_eq!(body["apiVersion"], "serving.nereid.dev/v1alpha1");
+        assert_eq!(body["kind"], "InferenceModel");
+        serde_json::from_value(body["status"].clone()).unwrap()
+    }
+
+    /// Expects `n` Events about the model; returns their reasons.
+    async fn expect_events(&mut self, n: usize) -> Vec<String> {
+        let mut reasons = Vec::new();
+        for _ in 0..n {
+            let (request, send) = self.next("an Event").await;
+            assert_eq!(request.method(), Method::POST);
+            assert_eq!(request.uri().path(), "/apis/events.k8s.io/v1/namespaces/ml/events");
+            let body = Self::body(request).await;
+            assert_eq!(body["regarding"]["kind"], "InferenceModel");
+            assert_eq!(body["regarding"]["name"], "resnet");
+            reasons.push(body["reason"].as_str().unwrap().to_string());
+            respond(send, StatusCode::CREATED, &body);
+        }
+        reasons
+    }
+
+    /// Asserts the reconcile made no further request.
+    async fn expect_nothing_more(mut self) {
+        if let Ok(Some((request, _))) = timeout(Duration::from_millis(200), self.handle.next_request()).await {
+            panic!("unexpected request: {} {}", request.method(), request.uri());
+        }
+    }
+}
+
+/// Runs one reconcile of `model` while `script` plays the API server.
+async fn run<F, Fut>(model: InferenceModel, script: F) -> (Result<Action, Error>, Arc<Context>)
+where
+    F: FnOnce(ApiServer) -> Fut,
+    Fut: Future<Output = ApiServer> + Send + 'static,
+{
+    let (ctx, server) = setup();
+    let server = tokio::spawn(script(server));
+    let result = timeout(Duration::from_secs(20), reconcile(Arc::new(model), ctx.clone()))
+        .await
+        .expect("the reconcile finished");
+    let server = timeout(Duration::from_secs(20), server)
+        .await
+        .expect("the API server script finished")
+        .expect("the API server script passed");
+    server.expect_nothing_more().await;
+    (result, ctx)
+}
+
+#[tokio::test]
+async fn create_applies_every_object_then_writes_the_status() {
+    let m = model();
+    // Just created: the Deployment controller has not acted yet.
+    let mut applied = deployment(&m, 0, 0, 0);
+    applied.metadata.generation = Some(1);
+    applied.status = None;
+    let (result, ctx) = run(m, |mut api| async move {
+        let [config_map, deployment, service, pdb] = api.expect_objects(&applied).await;
+        assert_eq!(config_map["data"]["config.json"], "{}");
+        assert_eq!(deployment["spec"]["replicas"], 1);
+        assert_eq!(
+            deployment["metadata"]["ownerReferences"][0]["uid"],
+            "11111111-2222-3333-4444-555555555555"
+        );
+        assert_eq!(
+            deployment["spec"]["template"]["spec"]["containers"][0]["name"],
+            "nereid-server"
+        );
+        assert_eq!(service["spec"]["ports"][1]["appProtocol"], "kubernetes.io/h2c");
+        assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+        api.expect_list_pods(&[]).await;
+        let status = api.expect_status().await;
+        assert_eq!(status.observed_generation, Some(3));
+        assert_eq!(
+            status.selector,
+            "app.kubernetes.io/name=nereid-server,serving.nereid.dev/model=resnet"
+        );
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "RollingOut"));
+        let reasons = api.expect_events(4).await;
+        assert_eq!(reasons, ["RollingOut", "Loading", "RollingOut", "AsExpected"]);
+        api
+    })
+    .await;
+    assert_eq!(
+        result.unwrap(),
+        Action::requeue(Duration::from_secs(10)),
+        "progressing: look again soon"
+    );
+    let metrics = ctx.metrics.render();
+    assert!(
+        metrics.contains("nereid_operator_reconcile_total{kind=\"InferenceModel\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_model_is_reapplied_but_its_status_is_not_rewritten() {
+    let mut m = model();
+    let serving = deployment(&m, 1, 1, 1);
+    let pods = vec![ready_pod("resnet-abc")];
+    m.status = Some(derive_status(&m, Some(&serving), &pods, None, "cluster.local", at(0)));
+    let (result, _) = run(m, |mut api| async move {
+        api.expect_objects(&serving).await;
+        api.expect_list_pods(&pods).await;
+        // No status PATCH and no Events follow.
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(60)));
+}
+
+#[tokio::test]
+async fn a_status_change_is_written_and_announced() {
+    let mut m = model();
+    let serving = deployment(&m, 1, 1, 1);
+    m.status = Some(derive_status(
+        &m,
+        Some(&serving),
+        &[ready_pod("a")],
+        None,
+        "cluster.local",
+        at(0),
+    ));
+    let crashing = deployment(&m, 1, 1, 0);
+    let (result, _) = run(m, |mut api| async move {
+        api.expect_objects(&crashing).await;
+        api.expect_list_pods(&[crash_looping_pod("a", "panic: out of memory")])
+            .await;
+        let status = api.expect_status().await;
+        assert_eq!(status.ready_replicas, 0);
+        assert_eq!(status.last_failure.unwrap().reason, "CrashLoopBackOff");
+        // Every condition changed: not ready, not loaded, the Deployment is
+        // short of available pods again, and degraded.
+        let reasons = api.expect_events(4).await;
+        assert_eq!(
+            reasons,
+            ["CrashLoopBackOff", "Loading", "RollingOut", "CrashLoopBackOff"]
+        );
+        api
+    })
+    .await;
+    assert!(result.is_ok());
+}
+
+#[tokio::test]
+async fn an_invalid_spec_gets_a_status_and_nothing_is_applied() {
+    let mut m = model();
+    m.spec.source.uri = "ftp://models/resnet".into();
+    let (result, ctx) = run(m.clone(), |mut api| async move {
+        let status = api.expect_status().await;
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
+        assert!(ready.message.contains("ftp://"), "{}", ready.message);
+        assert_eq!(api.expect_events(2).await, ["InvalidSpec", "InvalidSpec"]);
+        api
+    })
+    .await;
+    let error = result.unwrap_err();
+    assert!(matches!(error, Error::InvalidSpec(_)), "{error}");
+    let action = error_policy(Arc::new(m), &error, ctx.clone());
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+    assert!(
+        ctx.metrics
+            .render()
+            .contains("nereid_operator_reconcile_errors_total{error=\"invalid_spec\",kind=\"InferenceModel\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn a_missing_secret_is_a_condition_and_the_objects_still_apply() {
+    let mut m = model();
+    m.spec.source.credentials_secret = Some("s3-creds".into());
+    let pending = deployment(&m, 1, 1, 0);
+    let (result, ctx) = run(m.clone(), |mut api| async move {
+        api.expect_secret("s3-creds", false).await;
+        let [_, deployment, _, _] = api.expect_objects(&pending).await;
+        let env_from = &deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"][0];
+        assert_eq!(env_from["secretRef"]["name"], "s3-creds");
+        api.expect_list_pods(&[]).await;
+        let status = api.expect_status().await;
+        let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "MissingSecret")
+        );
+        api.expect_events(4).await;
+        api
+    })
+    .await;
+    let error = result.unwrap_err();
+    assert!(
+        matches!(&error, Error::MissingSecret(name) if name == "s3-creds"),
+        "{error}"
+    );
+    assert_eq!(
+        error_policy(Arc::new(m), &error, ctx),
+        Action::requeue(Duration::from_secs(60))
+    );
+}
+
+#[tokio::test]
+async fn an_existing_secret_is_checked_by_metadata_only() {
+    let mut m = model();
+    m.spec.source.credentials_secret = Some("s3-creds".into());
+    let serving = deployment(&m, 1, 1, 1);
+    let pods = vec![ready_pod("a")];
+    m.status = Some(derive_status(&m, Some(&serving), &pods, None, "cluster.local", at(0)));
+    let (result, _) = run(m, |mut api| async move {
+        api.expect_secret("s3-creds", true).await;
+        api.expect_objects(&serving).await;
+        api.expect_list_pods(&pods).await;
+        api
+    })
+    .await;
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(60)));
+}
+
+#[tokio::test]
+async fn an_api_error_stops_the_reconcile_and_is_retried_soon() {
+    let m = model();
+    let (result, ctx) = run(m.clone(), |mut api| async move {
+        let (request, send) = api.next("the ConfigMap apply").await;
+        assert_eq!(request.uri().path(), "/api/v1/namespaces/ml/configmaps/resnet-config");
+        respond(
+            send,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &status_body(500, "InternalError", "etcdserver: request timed out"),
+        );
+        api
+    })
+    .await;
+    let error = result.unwrap_err();
+    assert!(matches!(error, Error::Kube(_)), "{error}");
+    assert_eq!(error.kind(), "kube");
+    assert_eq!(
+        error_policy(Arc::new(m), &error, ctx.clone()),
+        Action::requeue(Duration::from_secs(15))
+    );
+    let metrics = ctx.metrics.render();
+    assert!(
+        metrics.contains("nereid_operator_reconcile_errors_total{error=\"kube\",kind=\"InferenceModel\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_model_being_deleted_is_left_to_the_garbage_collector() {
+    let mut m = model();
+    m.metadata.deletion_timestamp = Some(at(0));
+    let (result, _) = run(m, |api| async move { api }).await;
+    assert_eq!(result.unwrap(), Action::await_change());
+}
