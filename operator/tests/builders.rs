@@ -200,6 +200,12 @@ fn the_server_loads_exactly_this_model_from_the_fetched_folder() {
         "8001",
     ];
     assert_eq!(&args[..expected_prefix.len()], expected_prefix);
+    let patch = args
+        .iter()
+        .position(|a| a == "--model-config-patch")
+        .expect("the config patch is passed");
+    assert_eq!(args[patch + 1], "resnet=/etc/nereid/config/config.json");
+    assert!(args.iter().any(|a| a == "--exit-on-error"));
     assert_eq!(
         &args[args.len() - 2..],
         ["--http-max-input-size", "1048576"],

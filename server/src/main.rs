@@ -11,6 +11,7 @@ use nereid_server::backend::onnx;
 use nereid_server::grpc::{self, GrpcOptions};
 use nereid_server::http::{self, HttpOptions};
 use nereid_server::in_flight::InFlight;
+use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::{ControlMode, ModelRepositoryManager};
 use nereid_server::repository::Repository;
 use nereid_server::server::InferenceServer;
@@ -43,6 +44,17 @@ struct Args {
     /// Do not complete missing config fields from the model file.
     #[arg(long)]
     disable_auto_complete_config: bool,
+
+    /// `MODEL=FILE`: a partial model config in JSON merged over MODEL's
+    /// config.pbtxt at every load (JSON merge patch); may repeat. The
+    /// Kubernetes operator passes an InferenceModel's `spec.config` this way.
+    #[arg(long = "model-config-patch", value_parser = parse_patch)]
+    model_config_patches: Vec<(String, PathBuf)>,
+
+    /// Exit (status 1) when a model fails to load at start-up, instead of
+    /// serving the others; in Kubernetes the pod then shows the reason.
+    #[arg(long)]
+    exit_on_error: bool,
 
     /// The name reported by server metadata (`/v2`).
     #[arg(long, default_value = "nereid")]
@@ -112,7 +124,10 @@ async fn run(args: Args) -> Result<()> {
     let manager = ModelRepositoryManager::new(
         Repository::new(args.model_repositories.clone()),
         args.model_control_mode,
-        !args.disable_auto_complete_config,
+        LoadOptions {
+            autocomplete: !args.disable_auto_complete_config,
+            patches: args.model_config_patches.iter().cloned().collect(),
+        },
     );
     let server = InferenceServer::new(args.server_name.clone(), manager);
 
@@ -127,11 +142,15 @@ async fn run(args: Args) -> Result<()> {
 
     // Models load before the ports are announced, so that "Started" means
     // the server answers with its models in place (readiness says so too).
-    server
+    let failures = server
         .manager()
         .load_startup_models(&args.load_models)
         .await
         .context("failed to read the model repository")?;
+    if args.exit_on_error && !failures.is_empty() {
+        let reasons: Vec<String> = failures.iter().map(|(m, e)| format!("'{m}': {e}")).collect();
+        anyhow::bail!("failed to load {}", reasons.join("; "));
+    }
 
     let shutdown = CancellationToken::new();
     let in_flight = InFlight::new();
@@ -184,6 +203,13 @@ async fn run(args: Args) -> Result<()> {
     server.manager().unload_all();
     tracing::info!("stopped");
     Ok(())
+}
+
+fn parse_patch(value: &str) -> Result<(String, PathBuf), String> {
+    match value.split_once('=') {
+        Some((model, file)) if !model.is_empty() && !file.is_empty() => Ok((model.to_string(), PathBuf::from(file))),
+        _ => Err(format!("expected MODEL=FILE, got '{value}'")),
+    }
 }
 
 fn listen_address(host: &str, port: u16) -> Result<SocketAddr> {

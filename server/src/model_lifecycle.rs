@@ -27,15 +27,41 @@ pub struct PreparedModel {
     pub versions: Vec<(i64, std::path::PathBuf)>,
 }
 
-/// Reads, completes and checks a model's config.
+/// How models are loaded, the same for every load.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Complete missing config fields from the model file.
+    pub autocomplete: bool,
+    /// Per model, a JSON file merged over its `config.pbtxt` (`--model-config-patch`).
+    pub patches: BTreeMap<String, std::path::PathBuf>,
+}
+
+/// Reads, completes and checks a model's config. An override from the
+/// repository API replaces the whole config, as in Triton; otherwise a
+/// patch given for the model is merged over the folder's config.
 pub fn prepare(
     name: &str,
     dir: &Path,
     config_override: Option<ModelConfig>,
-    autocomplete_enabled: bool,
+    options: &LoadOptions,
 ) -> Result<PreparedModel> {
+    let autocomplete_enabled = options.autocomplete;
     let files = ModelFiles::read(dir)?;
-    let mut config = config_override.or(files.config).unwrap_or_default();
+    let mut config = match config_override {
+        Some(config) => config,
+        None => {
+            let base = files.config.unwrap_or_default();
+            match options.patches.get(name) {
+                Some(path) => {
+                    let patch = std::fs::read_to_string(path).map_err(|e| {
+                        Error::invalid(format!("failed to read the config patch '{}': {e}", path.display()))
+                    })?;
+                    crate::model_config::json::merge_patch(&base, &patch)?
+                }
+                None => base,
+            }
+        }
+    };
     if config.name.is_empty() {
         config.name = name.to_string();
     } else if config.name != name {

@@ -13,7 +13,7 @@ use nereid_proto::inference::ModelConfig;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::Model;
-use crate::model_lifecycle;
+use crate::model_lifecycle::{self, LoadOptions};
 use crate::repository::Repository;
 
 /// Triton's `--model-control-mode`.
@@ -73,18 +73,18 @@ struct ModelEntry {
 pub struct ModelRepositoryManager {
     repository: Repository,
     mode: ControlMode,
-    autocomplete: bool,
+    options: Arc<LoadOptions>,
     models: RwLock<BTreeMap<String, ModelEntry>>,
     /// Serialises loads and unloads.
     changes: tokio::sync::Mutex<()>,
 }
 
 impl ModelRepositoryManager {
-    pub fn new(repository: Repository, mode: ControlMode, autocomplete: bool) -> Self {
+    pub fn new(repository: Repository, mode: ControlMode, options: LoadOptions) -> Self {
         ModelRepositoryManager {
             repository,
             mode,
-            autocomplete,
+            options: Arc::new(options),
             models: RwLock::new(BTreeMap::new()),
             changes: tokio::sync::Mutex::new(()),
         }
@@ -95,20 +95,25 @@ impl ModelRepositoryManager {
     }
 
     /// Loads what the control mode says to load at start-up. Failures are
-    /// logged and left in the index; they never stop the server.
-    pub async fn load_startup_models(&self, explicit: &[String]) -> Result<()> {
+    /// logged, left in the index and returned; whether they stop the server
+    /// is the caller's choice (`--exit-on-error`).
+    pub async fn load_startup_models(&self, explicit: &[String]) -> Result<Vec<(String, Error)>> {
         let names: Vec<String> = match self.mode {
             ControlMode::None => self.repository.scan()?.into_keys().collect(),
             ControlMode::Explicit if explicit.iter().any(|n| n == "*") => self.repository.scan()?.into_keys().collect(),
             ControlMode::Explicit => explicit.to_vec(),
         };
+        let mut failures = Vec::new();
         for name in names {
             match self.load_unchecked(&name, None).await {
                 Ok(()) => tracing::info!(model = %name, "loaded"),
-                Err(e) => tracing::error!(model = %name, error = %e, "failed to load"),
+                Err(e) => {
+                    tracing::error!(model = %name, error = %e, "failed to load");
+                    failures.push((name, e));
+                }
             }
         }
-        Ok(())
+        Ok(failures)
     }
 
     /// The repository API's load: (re)loads a model, optionally with a config override.
@@ -140,10 +145,10 @@ impl ModelRepositoryManager {
         if first_load {
             self.set_whole(name, ModelState::Loading, "");
         }
-        let autocomplete = self.autocomplete;
+        let options = Arc::clone(&self.options);
         let owned_name = name.to_string();
         let outcome = tokio::task::spawn_blocking(move || {
-            let prepared = model_lifecycle::prepare(&owned_name, &dir, config_override, autocomplete)?;
+            let prepared = model_lifecycle::prepare(&owned_name, &dir, config_override, &options)?;
             Ok::<_, Error>(model_lifecycle::load_versions(&owned_name, &prepared))
         })
         .await

@@ -387,3 +387,61 @@ async fn sigterm_lets_in_flight_requests_finish() {
     // And the server is gone.
     assert!(reqwest::get(format!("{http}/v2/health/live")).await.is_err());
 }
+
+#[tokio::test]
+async fn config_patches_merge_over_the_folder_config() {
+    let repo = scratch("config-patch");
+    write_model(&repo, "add_sub", ADD_SUB);
+    let patch = repo.join("add_sub-patch.json");
+    std::fs::write(
+        &patch,
+        r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 500}}"#,
+    )
+    .unwrap();
+    let flag = format!("add_sub={}", patch.display());
+    let server = TestServer::start(&repo, &["--model-config-patch", &flag]);
+    let config: Value = reqwest::get(format!("{}/v2/models/add_sub/config", server.http))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["max_batch_size"], 2);
+    assert_eq!(config["dynamic_batching"]["max_queue_delay_microseconds"], 500);
+    assert_eq!(
+        config["input"][0]["dims"],
+        json!([4]),
+        "fields the patch does not name are kept"
+    );
+    assert!(server.terminate().success());
+}
+
+#[test]
+fn exit_on_error_stops_with_the_reason() {
+    let repo = scratch("exit-on-error");
+    write_model(&repo, "good", ADD_SUB);
+    write_model(&repo, "broken", "backend: \"tensorflow\"");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_nereid-server"))
+        .arg("--model-repository")
+        .arg(&repo)
+        .args([
+            "--http-address",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-address",
+            "127.0.0.1",
+            "--grpc-port",
+            "0",
+        ])
+        .arg("--exit-on-error")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("failed to load 'broken'") && stderr.contains("tensorflow"),
+        "{stderr}"
+    );
+}

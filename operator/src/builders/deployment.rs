@@ -15,12 +15,11 @@
 //!   URI becomes `--model-repository` itself.
 //!
 //! The config override (the ConfigMap's `config.json`) is mounted read-only
-//! at `/etc/nereid/config` in both containers. Merging it over the
-//! repository's `config.pbtxt` into `/models/<model>/config.pbtxt` belongs in
-//! the fetch step, which has both; the shell step cannot convert JSON to
-//! protobuf text, so today the override is delivered (and its hash rolls the
-//! pods) but not yet applied. The server needs either a flag to read a JSON
-//! override or a fetch binary that writes the merged pbtxt.
+//! at `/etc/nereid/config`; the server merges it over the repository's
+//! `config.pbtxt` at every load (`--model-config-patch`), and its hash rolls
+//! the pods when it changes. With `--exit-on-error`, a model that fails to
+//! load stops the server, so the container's termination message (taken from
+//! its log) carries the server's own reason into the status.
 //!
 //! Everything else is shaped for serving: readiness on the model's own ready
 //! endpoint (a pod whose load failed is never sent traffic), a startup probe
@@ -206,6 +205,12 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         ports.grpc.to_string(),
         "--exit-timeout-secs".to_string(),
         EXIT_TIMEOUT_SECS.to_string(),
+        // spec.config, merged by the server over the repository's config.pbtxt.
+        "--model-config-patch".to_string(),
+        format!("{name}={CONFIG_PATH}/{}", config_map::CONFIG_KEY),
+        // A model that fails to load stops the container, so the pod (and the
+        // status, through the termination message) carries the server's reason.
+        "--exit-on-error".to_string(),
     ];
     let server = model.spec.server.clone().unwrap_or_default();
     args.extend(server.args);

@@ -37,6 +37,36 @@ pub fn from_json(text: &str) -> Result<ModelConfig> {
         .map_err(|e| Error::invalid(format!("failed to convert model config JSON: {e}")))
 }
 
+/// Merges a partial config in JSON over `config`, as a JSON merge patch
+/// (RFC 7386): objects merge field by field, anything else replaces, and
+/// `null` removes. This is how a Kubernetes InferenceModel's `spec.config`
+/// changes only the fields it names.
+pub fn merge_patch(config: &ModelConfig, patch: &str) -> Result<ModelConfig> {
+    let patch: serde_json::Value = serde_json::from_str(patch)
+        .map_err(|e| Error::invalid(format!("failed to parse the model config patch: {e}")))?;
+    if !patch.is_object() {
+        return Err(Error::invalid("the model config patch must be a JSON object"));
+    }
+    let mut merged = to_json(config);
+    merge(&mut merged, patch);
+    from_json(&merged.to_string()).map_err(|e| e.context("the model config patch"))
+}
+
+fn merge(target: &mut serde_json::Value, patch: serde_json::Value) {
+    match (target, patch) {
+        (serde_json::Value::Object(target), serde_json::Value::Object(patch)) => {
+            for (key, value) in patch {
+                if value.is_null() {
+                    target.remove(&key);
+                } else {
+                    merge(target.entry(key).or_insert(serde_json::Value::Null), value);
+                }
+            }
+        }
+        (target, patch) => *target = patch,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,6 +83,28 @@ mod tests {
         assert_eq!(json["input"][0]["dims"], serde_json::json!([-1, 3]));
         let back = from_json(&json.to_string()).unwrap();
         assert_eq!(back, config);
+    }
+
+    #[test]
+    fn merge_patch_changes_only_what_it_names() {
+        let config = super::super::text::parse(
+            r#"name: "m" max_batch_size: 4 input [ { name: "X" data_type: TYPE_FP32 dims: [ 3 ] } ]
+               parameters { key: "a" value: { string_value: "1" } }"#,
+        )
+        .unwrap();
+        let merged = merge_patch(
+            &config,
+            r#"{"max_batch_size": 16, "dynamic_batching": {"max_queue_delay_microseconds": 100},
+                "parameters": {"b": {"string_value": "2"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(merged.max_batch_size, 16);
+        assert_eq!(merged.input, config.input);
+        assert_eq!(merged.parameters["a"].string_value, "1");
+        assert_eq!(merged.parameters["b"].string_value, "2");
+        assert!(merged.scheduling_choice.is_some());
+        assert!(merge_patch(&config, "[1]").is_err());
+        assert!(merge_patch(&config, r#"{"max_batch_size": "many"}"#).is_err());
     }
 
     #[test]
