@@ -74,7 +74,16 @@ pub fn split(outputs: Vec<Tensor>, sizes: &[usize]) -> Result<Vec<Vec<Tensor>>> 
 fn cut(output: &Tensor, sizes: &[usize], total: usize) -> Result<Vec<Bytes>> {
     let mut pieces = Vec::with_capacity(sizes.len());
     match output.datatype.byte_size() {
-        Some(_) => {
+        Some(size) => {
+            if output.data.len() != output.element_count()? * size {
+                return Err(Error::internal(format!(
+                    "output '{}' holds {} bytes but its shape {:?} needs {}",
+                    output.name,
+                    output.data.len(),
+                    output.shape,
+                    output.element_count()? * size
+                )));
+            }
             let row = output.data.len().checked_div(total).unwrap_or(0);
             let mut at = 0;
             for &rows in sizes {
@@ -92,6 +101,14 @@ fn cut(output: &Tensor, sizes: &[usize], total: usize) -> Result<Vec<Bytes>> {
             for element in bytes_elements(&output.data) {
                 at += 4 + element?.len();
                 offsets.push(at);
+            }
+            if offsets.len() != elements + 1 || per_row * total != elements {
+                return Err(Error::internal(format!(
+                    "output '{}' holds {} strings but its shape {:?} says {elements}",
+                    output.name,
+                    offsets.len() - 1,
+                    output.shape
+                )));
             }
             let mut row_start = 0;
             for &rows in sizes {
@@ -153,6 +170,16 @@ mod tests {
             Bytes::from(vec![0u8; 12]),
         )];
         assert_ne!(BatchKey::of(&a), BatchKey::of(&c));
+    }
+
+    #[test]
+    fn rejects_outputs_whose_data_disagrees_with_their_shape() {
+        let short = Tensor::new("Y", DataType::Int32, vec![2, 2], Bytes::from(vec![0u8; 12]));
+        assert!(split(vec![short], &[1, 1]).is_err());
+        let mut data = Vec::new();
+        push_bytes_element(&mut data, b"only one").unwrap();
+        let strings = Tensor::new("S", DataType::Bytes, vec![2, 1], Bytes::from(data));
+        assert!(split(vec![strings], &[1, 1]).is_err());
     }
 
     #[test]

@@ -168,7 +168,10 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
         if replies.len() == 1 {
             Ok(vec![execution.outputs])
         } else {
-            batch::split(execution.outputs, &sizes)
+            // A panic here must not take the instance thread (and every
+            // request queued behind it) down.
+            std::panic::catch_unwind(AssertUnwindSafe(|| batch::split(execution.outputs, &sizes)))
+                .unwrap_or_else(|_| Err(Error::internal("splitting the batch outputs panicked")))
         }
     });
     match outcome {
