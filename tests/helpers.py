@@ -128,8 +128,11 @@ class NereidServer:
         extra_args: Sequence[str] = (),
         log_path: Path | None = None,
         wait_for: str = "ready",
+        env: dict[str, str] | None = None,
     ) -> None:
-        self.repos = [Path(r) for r in repos]
+        # Local folders as paths; URLs (s3://...) kept as written.
+        self.repos = [r if isinstance(r, str) and "://" in r else Path(r) for r in repos]
+        self.env = dict(env or {})
         self.extra_args = list(extra_args)
         self.log_path = log_path
         self.wait_for = wait_for  # "ready" or "live"
@@ -215,6 +218,7 @@ class NereidServer:
     def start(self) -> "NereidServer":
         cmd = self.command()
         env = dict(os.environ)
+        env.update(self.env)
         env.setdefault("NO_COLOR", "1")
         ort = ensure_ort_dylib_env()
         if ort:

@@ -191,6 +191,7 @@ impl GrpcInferenceService for InferenceService {
         let models = self
             .server
             .repository_index(r.ready)
+            .await
             .map_err(to_status)?
             .into_iter()
             .map(|row| ModelIndex {

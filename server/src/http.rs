@@ -282,7 +282,8 @@ async fn repository_index(State(s): State<AppState>, body: Result<Bytes, BytesRe
     };
     let rows: Vec<Value> = s
         .server
-        .repository_index(ready_only)?
+        .repository_index(ready_only)
+        .await?
         .into_iter()
         .map(|row| {
             let mut entry = serde_json::Map::new();

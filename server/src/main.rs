@@ -13,7 +13,7 @@ use nereid_server::http::{self, HttpOptions};
 use nereid_server::in_flight::InFlight;
 use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::{ControlMode, ModelRepositoryManager};
-use nereid_server::repository::Repository;
+use nereid_server::repository::{Repository, Root};
 use nereid_server::server::InferenceServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -23,14 +23,21 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "nereid-server", version)]
 struct Args {
-    /// A model repository folder (Triton's layout); may be given more than once.
+    /// A model repository (Triton's layout): a local folder, or object
+    /// storage as s3://bucket/path, gs://bucket/path or
+    /// as://account/container/path; may be given more than once.
     #[arg(
         long = "model-repository",
         required = true,
         env = "NEREID_MODEL_REPOSITORY",
         value_delimiter = ','
     )]
-    model_repositories: Vec<PathBuf>,
+    model_repositories: Vec<String>,
+
+    /// Where models from object storage are copied before they load
+    /// (default: a folder under the system's temporary directory).
+    #[arg(long, env = "NEREID_MODEL_CACHE_DIR")]
+    model_cache_dir: Option<PathBuf>,
 
     /// `none` loads every model at start-up; `explicit` only those named by
     /// --load-model, and the repository API loads and unloads.
@@ -121,8 +128,18 @@ async fn run(args: Args) -> Result<()> {
         tracing::warn!(%reason, "ONNX Runtime is unavailable; ONNX models will not load");
     }
 
+    let cache = args
+        .model_cache_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("nereid-model-cache-{}", std::process::id())));
+    let roots = args
+        .model_repositories
+        .iter()
+        .enumerate()
+        .map(|(index, location)| Root::parse(location, &cache, index))
+        .collect::<Result<Vec<_>, _>>()?;
     let manager = ModelRepositoryManager::new(
-        Repository::new(args.model_repositories.clone()),
+        Repository::new(roots),
         args.model_control_mode,
         LoadOptions {
             autocomplete: !args.disable_auto_complete_config,

@@ -99,8 +99,10 @@ impl ModelRepositoryManager {
     /// is the caller's choice (`--exit-on-error`).
     pub async fn load_startup_models(&self, explicit: &[String]) -> Result<Vec<(String, Error)>> {
         let names: Vec<String> = match self.mode {
-            ControlMode::None => self.repository.scan()?.into_keys().collect(),
-            ControlMode::Explicit if explicit.iter().any(|n| n == "*") => self.repository.scan()?.into_keys().collect(),
+            ControlMode::None => self.repository.scan().await?.into_keys().collect(),
+            ControlMode::Explicit if explicit.iter().any(|n| n == "*") => {
+                self.repository.scan().await?.into_keys().collect()
+            }
             ControlMode::Explicit => explicit.to_vec(),
         };
         let mut failures = Vec::new();
@@ -129,7 +131,7 @@ impl ModelRepositoryManager {
 
     async fn load_unchecked(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
         let _guard = self.changes.lock().await;
-        let dir = match self.repository.locate(name) {
+        let dir = match self.repository.locate(name).await {
             Ok(dir) => dir,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(Error::internal(format!(
@@ -278,8 +280,8 @@ impl ModelRepositoryManager {
     }
 
     /// Every model in the repositories and every model known to the manager.
-    pub fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
-        let mut names: Vec<String> = self.repository.scan()?.into_keys().collect();
+    pub async fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
+        let mut names: Vec<String> = self.repository.scan().await?.into_keys().collect();
         let models = self.models.read().expect("model table lock is never poisoned");
         names.extend(models.keys().cloned());
         names.sort();

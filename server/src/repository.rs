@@ -1,4 +1,5 @@
-//! Model repositories on the local file system, in Triton's layout:
+//! Model repositories in Triton's layout, on the local file system or in
+//! object storage ([`remote`]):
 //!
 //! ```text
 //! <repository>/<model>/config.pbtxt        optional when auto-complete can fill it
@@ -6,19 +7,68 @@
 //! ```
 //!
 //! Several repositories may be given; a model name must be unique across them.
+//! A model in object storage is fetched into a local cache when it loads, so
+//! everything after [`Repository::locate`] works on local files.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod remote;
+
 use nereid_proto::inference::{ModelConfig, ModelVersionPolicy, model_version_policy::PolicyChoice};
+
+pub use remote::RemoteRoot;
 
 use crate::error::{Error, Result};
 use crate::model_config::text;
 
-/// The configured repository folders.
+/// One `--model-repository`: a local folder or an object-storage prefix.
+#[derive(Debug, Clone)]
+pub enum Root {
+    Local(PathBuf),
+    Remote(RemoteRoot),
+}
+
+impl Root {
+    /// A local path, or a URL (`s3://`, `gs://`, `as://`) whose models are
+    /// fetched into `cache` (one folder per root).
+    pub fn parse(location: &str, cache: &Path, index: usize) -> Result<Root> {
+        if location.contains("://") {
+            RemoteRoot::parse(location, cache.join(format!("repository-{index}"))).map(Root::Remote)
+        } else {
+            Ok(Root::Local(PathBuf::from(location)))
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Root::Local(path) => path.display().to_string(),
+            Root::Remote(remote) => remote.url().to_string(),
+        }
+    }
+
+    async fn model_names(&self) -> Result<Vec<String>> {
+        match self {
+            Root::Remote(remote) => remote.model_names().await,
+            Root::Local(root) => {
+                let entries = std::fs::read_dir(root).map_err(|e| {
+                    Error::internal(format!("failed to read model repository '{}': {e}", root.display()))
+                })?;
+                Ok(entries
+                    .flatten()
+                    .filter(|entry| entry.path().is_dir())
+                    .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                    .filter(|name| !name.starts_with('.'))
+                    .collect())
+            }
+        }
+    }
+}
+
+/// The configured repositories.
 #[derive(Debug, Clone)]
 pub struct Repository {
-    roots: Vec<PathBuf>,
+    roots: Vec<Root>,
 }
 
 /// What one model folder holds.
@@ -32,35 +82,34 @@ pub struct ModelFiles {
 }
 
 impl Repository {
-    pub fn new(roots: Vec<PathBuf>) -> Self {
+    pub fn new(roots: Vec<Root>) -> Self {
         Repository { roots }
     }
 
-    /// Every model folder in every repository, by name. A name found in more
-    /// than one repository maps to an error, so that model alone fails.
-    pub fn scan(&self) -> Result<BTreeMap<String, Result<PathBuf>>> {
-        let mut models: BTreeMap<String, Result<PathBuf>> = BTreeMap::new();
-        for root in &self.roots {
-            let entries = std::fs::read_dir(root)
-                .map_err(|e| Error::internal(format!("failed to read model repository '{}': {e}", root.display())))?;
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with('.') || !entry.path().is_dir() {
-                    continue;
-                }
-                let path = entry.path();
+    /// A repository of local folders only.
+    pub fn local(folders: Vec<PathBuf>) -> Self {
+        Repository::new(folders.into_iter().map(Root::Local).collect())
+    }
+
+    /// Every model in every repository, by name, with the index of the root
+    /// that holds it. A name found in more than one repository maps to an
+    /// error, so that model alone fails.
+    pub async fn scan(&self) -> Result<BTreeMap<String, Result<usize>>> {
+        let mut models: BTreeMap<String, Result<usize>> = BTreeMap::new();
+        for (index, root) in self.roots.iter().enumerate() {
+            for name in root.model_names().await? {
                 match models.get(&name) {
                     Some(Ok(first)) => {
                         let message = format!(
                             "model appears in two or more repositories: '{}' and '{}'",
-                            first.display(),
-                            path.display()
+                            self.roots[*first].describe(),
+                            root.describe()
                         );
                         models.insert(name, Err(Error::invalid(message)));
                     }
                     Some(Err(_)) => {}
                     None => {
-                        models.insert(name, Ok(path));
+                        models.insert(name, Ok(index));
                     }
                 }
             }
@@ -68,13 +117,19 @@ impl Repository {
         Ok(models)
     }
 
-    /// The folder of one model.
-    pub fn locate(&self, name: &str) -> Result<PathBuf> {
-        match self.scan()?.remove(name) {
-            Some(found) => found,
-            None => Err(Error::not_found(format!(
-                "failed to load '{name}', failed to poll from model repository: no model folder named '{name}'"
-            ))),
+    /// The local folder of one model, fetching it first from object storage.
+    pub async fn locate(&self, name: &str) -> Result<PathBuf> {
+        let index = match self.scan().await?.remove(name) {
+            Some(found) => found?,
+            None => {
+                return Err(Error::not_found(format!(
+                    "failed to load '{name}', failed to poll from model repository: no model folder named '{name}'"
+                )));
+            }
+        };
+        match &self.roots[index] {
+            Root::Local(root) => Ok(root.join(name)),
+            Root::Remote(remote) => remote.fetch(name).await,
         }
     }
 }
@@ -181,8 +236,8 @@ mod tests {
         assert!(select_versions(None, &[]).is_err());
     }
 
-    #[test]
-    fn reads_a_model_folder() {
+    #[tokio::test]
+    async fn reads_a_model_folder() {
         let root = std::env::temp_dir().join(format!("nereid-repo-test-{}", std::process::id()));
         let model = root.join("m");
         std::fs::create_dir_all(model.join("1")).unwrap();
@@ -193,9 +248,10 @@ mod tests {
         let files = ModelFiles::read(&model).unwrap();
         assert_eq!(files.versions.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
         assert_eq!(files.config.unwrap().max_batch_size, 2);
-        let repo = Repository::new(vec![root.clone()]);
-        assert!(repo.scan().unwrap().contains_key("m"));
-        assert!(repo.locate("nope").is_err());
+        let repo = Repository::local(vec![root.clone()]);
+        assert!(repo.scan().await.unwrap().contains_key("m"));
+        assert_eq!(repo.locate("m").await.unwrap(), model);
+        assert!(repo.locate("nope").await.is_err());
         std::fs::remove_dir_all(root).unwrap();
     }
 }

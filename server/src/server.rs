@@ -202,8 +202,8 @@ impl InferenceServer {
             .collect())
     }
 
-    pub fn repository_index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
-        self.manager.index(ready_only)
+    pub async fn repository_index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
+        self.manager.index(ready_only).await
     }
 
     pub async fn load_model(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
