@@ -117,3 +117,20 @@ def test_a_missing_model_in_s3_fails_cleanly(s3_server):
         client.load_model("not_there")
     assert "not_there" in str(exc.value)
     assert client.is_model_ready("simple")
+
+
+def test_nereid_fetch_copies_one_model_folder(s3_endpoint, tmp_path):
+    endpoint, _ = s3_endpoint
+    fetch = Path(__file__).resolve().parent.parent / "target" / "debug" / "nereid-fetch"
+    destination = tmp_path / "my-model"
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(fetch), f"s3://{BUCKET}/repo/simple", str(destination)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for path in (EXAMPLES_MODELS / "simple").rglob("*"):
+        if path.is_file():
+            assert (destination / path.relative_to(EXAMPLES_MODELS / "simple")).read_bytes() == path.read_bytes()
+    missing = subprocess.run([str(fetch), f"s3://{BUCKET}/repo/nothing", str(tmp_path / "x")],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and "nothing" in missing.stderr
+    assert not (tmp_path / "x").exists()

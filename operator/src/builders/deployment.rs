@@ -1,18 +1,19 @@
 //! The Deployment of `nereid-server` pods that serve one InferenceModel.
 //!
-//! How the model reaches the server: today `nereid-server` reads only a local
-//! `--model-repository` folder (object storage comes later). So every pod
-//! has an emptyDir `models` at `/models`, and an init container `model-fetch`
-//! (same image) is *the* place where `spec.source.uri` is synced into
-//! `/models/<model>/` before the server starts. It gets the URI and the
-//! credentials Secret as environment. What it can do today, honestly:
+//! How the model reaches the server: every pod has an emptyDir `models` at
+//! `/models`, and an init container `model-fetch` (same image) copies
+//! `spec.source.uri` into `/models/<model>/` before the server starts, so
+//! the model is served under the InferenceModel's own name whatever its
+//! folder is called at the source. It gets the URI and the credentials
+//! Secret as environment:
 //!
+//! - `s3://`, `gs://`, `as://`: `nereid-fetch` downloads the folder, with the
+//!   same object-storage code and environment credentials as the server;
 //! - `pvc://claim/path`: the claim is mounted read-only at `/source` (the
-//!   path as its subPath) and copied in. This works.
-//! - every other scheme: it exits with a clear message, so the pod shows the
-//!   failure (and the status says so) instead of serving an empty folder.
-//!   When the server learns object storage, this container goes away and the
-//!   URI becomes `--model-repository` itself.
+//!   path as its subPath) and copied in;
+//! - `http(s)://`: not supported yet; it exits with a clear message, so the
+//!   pod shows the failure (and the status says so) instead of serving an
+//!   empty folder.
 //!
 //! The config override (the ConfigMap's `config.json`) is mounted read-only
 //! at `/etc/nereid/config`; the server merges it over the repository's
@@ -79,12 +80,15 @@ const FETCH_SCRIPT: &str = r#"set -eu
 dest="/models/${NEREID_MODEL_NAME}"
 mkdir -p "$dest"
 case "$NEREID_SOURCE_URI" in
+  s3://*|gs://*|as://*|az://*)
+    exec nereid-fetch "$NEREID_SOURCE_URI" "$dest"
+    ;;
   pvc://*)
     cp -R /source/. "$dest/"
     echo "model-fetch: copied ${NEREID_SOURCE_URI} into ${dest}"
     ;;
   *)
-    echo "model-fetch: cannot fetch ${NEREID_SOURCE_URI}: this server image reads only local folders; use a pvc:// source until object storage support lands" >&2
+    echo "model-fetch: cannot fetch ${NEREID_SOURCE_URI}: supported sources are s3://, gs://, as:// and pvc://" >&2
     exit 1
     ;;
 esac

@@ -87,9 +87,16 @@ impl RemoteRoot {
     }
 
     /// Downloads one model folder into the cache and returns its local path.
-    /// The copy is built beside the old one and swapped in, so a failed
-    /// download never leaves a half-written model behind.
     pub async fn fetch(&self, name: &str) -> Result<PathBuf> {
+        let destination = self.cache.join(name);
+        self.fetch_to(name, &destination).await?;
+        Ok(destination)
+    }
+
+    /// Downloads the model folder `name` to `destination`. The copy is built
+    /// beside it and swapped in, so a failed download never leaves a
+    /// half-written model behind.
+    pub async fn fetch_to(&self, name: &str, destination: &LocalPath) -> Result<()> {
         let model_prefix = self.prefix.clone().join(name);
         let objects: Vec<_> = self
             .store
@@ -103,7 +110,8 @@ impl RemoteRoot {
                 self.url
             )));
         }
-        let staging = self.cache.join(format!(".{name}.partial"));
+        let parent = destination.parent().unwrap_or(LocalPath::new("."));
+        let staging = parent.join(format!(".{name}.partial"));
         let _ = tokio::fs::remove_dir_all(&staging).await;
         for object in objects {
             let Some(relative) = object.location.prefix_match(&model_prefix) else {
@@ -129,12 +137,14 @@ impl RemoteRoot {
                 .await
                 .map_err(|e| Error::internal(format!("failed to write '{}': {e}", target.display())))?;
         }
-        let destination = self.cache.join(name);
-        let _ = tokio::fs::remove_dir_all(&destination).await;
-        tokio::fs::rename(&staging, &destination)
-            .await
-            .map_err(|e| Error::internal(format!("failed to place model '{name}' in the cache: {e}")))?;
-        Ok(destination)
+        let _ = tokio::fs::remove_dir_all(destination).await;
+        tokio::fs::rename(&staging, destination).await.map_err(|e| {
+            Error::internal(format!(
+                "failed to place model '{name}' at '{}': {e}",
+                destination.display()
+            ))
+        })?;
+        Ok(())
     }
 }
 
