@@ -9,7 +9,8 @@
 //!    condition, not a reason to stop: the pods start once it appears);
 //! 3. build the desired objects ([`crate::builders`], pure);
 //! 4. server-side apply each of them with one field manager ([`apply`]);
-//! 5. list the model's pods and derive the status ([`crate::status`], pure);
+//! 5. list the model's pods and derive the status ([`crate::status`], pure),
+//!    asking one ready pod which versions it serves ([`loaded_versions`]);
 //! 6. write the status only when it changed, and tell about condition
 //!    transitions with Kubernetes Events ([`events`]).
 //!
@@ -19,6 +20,7 @@
 
 pub mod apply;
 pub mod events;
+pub mod loaded_versions;
 pub mod validate;
 pub mod watches;
 
@@ -40,7 +42,7 @@ use nereid_crds::conditions::PROGRESSING;
 use nereid_crds::{InferenceModel, InferenceModelStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::builders::{self, labels};
+use crate::builders::{self, labels, service};
 use crate::context::Context;
 use crate::error::Error;
 use crate::status;
@@ -117,7 +119,7 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
         .list(&ListParams::default().labels(&labels::selector_string(model)))
         .await?
         .items;
-    let status = status::derive_status(
+    let mut status = status::derive_status(
         model,
         Some(&deployment),
         &pods,
@@ -125,6 +127,9 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
         &ctx.config.cluster_domain,
         now(),
     );
+    if let Some(versions) = loaded_versions::query(&pods, &name, service::ports(model).http).await {
+        status.loaded_versions = versions;
+    }
     let progressing = is_true(&status, PROGRESSING);
 
     // 6. Report.
