@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{TestServer, scratch, write_model};
+use support::{TestServer, get_json, scratch, write_model};
 
 /// A builtin identity model (FP32 [-1]) that takes `delay_ms` per execution.
 fn identity(name: &str, max_batch: u32, delay_ms: u32, batching: &str) -> String {
@@ -43,13 +43,7 @@ async fn infer(url: &str, body: Value) -> (u16, Value) {
 }
 
 async fn stats(server: &TestServer, model: &str) -> Value {
-    reqwest::get(format!("{}/v2/models/{model}/stats", server.http))
-        .await
-        .unwrap()
-        .json::<Value>()
-        .await
-        .unwrap()["model_stats"][0]
-        .clone()
+    get_json(format!("{}/v2/models/{model}/stats", server.http)).await["model_stats"][0].clone()
 }
 
 #[tokio::test]

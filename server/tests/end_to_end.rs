@@ -6,7 +6,7 @@ use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceService
 use nereid_proto::inference::model_infer_request::InferInputTensor;
 use nereid_proto::inference::{InferTensorContents, ModelInferRequest, RepositoryIndexRequest};
 use serde_json::{Value, json};
-use support::{TestServer, repo_root, scratch, write_model};
+use support::{TestServer, get_json, repo_root, scratch, write_model};
 
 fn ints(bytes: &[u8]) -> Vec<i32> {
     bytes
@@ -27,14 +27,7 @@ async fn simple_over_http_and_grpc() {
     let server = TestServer::start(&repo_root().join("examples/models"), &[]);
     let http = reqwest::Client::new();
 
-    let meta: Value = http
-        .get(format!("{}/v2", server.http))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = get_json(format!("{}/v2", server.http)).await;
     assert_eq!(meta["name"], "nereid");
     assert!(
         meta["extensions"]
@@ -192,14 +185,7 @@ async fn repository_api_loads_overrides_and_unloads() {
     );
 
     // Reload with a config override; /config shows it.
-    let mut config: Value = http
-        .get(format!("{}/v2/models/add_sub/config", server.http))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let mut config: Value = get_json(format!("{}/v2/models/add_sub/config", server.http)).await;
     assert_eq!(config["max_batch_size"], 8);
     config["max_batch_size"] = json!(2);
     let load = http
@@ -209,14 +195,7 @@ async fn repository_api_loads_overrides_and_unloads() {
         .await
         .unwrap();
     assert_eq!(load.status(), 200, "{}", load.text().await.unwrap());
-    let config: Value = http
-        .get(format!("{}/v2/models/add_sub/config", server.http))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config: Value = get_json(format!("{}/v2/models/add_sub/config", server.http)).await;
     assert_eq!(config["max_batch_size"], 2);
 
     // A reload that fails leaves the serving copy in place.
@@ -343,12 +322,7 @@ async fn model_without_config_is_completed_from_the_onnx_file() {
     )
     .unwrap();
     let server = TestServer::start(&repo, &[]);
-    let config: Value = reqwest::get(format!("{}/v2/models/auto/config", server.http))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config: Value = get_json(format!("{}/v2/models/auto/config", server.http)).await;
     assert_eq!(config["name"], "auto", "{}", server.log());
     assert_eq!(config["backend"], "onnxruntime");
     assert_eq!(config["max_batch_size"], 4);
@@ -400,12 +374,7 @@ async fn config_patches_merge_over_the_folder_config() {
     .unwrap();
     let flag = format!("add_sub={}", patch.display());
     let server = TestServer::start(&repo, &["--model-config-patch", &flag]);
-    let config: Value = reqwest::get(format!("{}/v2/models/add_sub/config", server.http))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config: Value = get_json(format!("{}/v2/models/add_sub/config", server.http)).await;
     assert_eq!(config["max_batch_size"], 2);
     assert_eq!(config["dynamic_batching"]["max_queue_delay_microseconds"], 500);
     assert_eq!(

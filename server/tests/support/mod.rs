@@ -152,3 +152,8 @@ pub fn write_model(repo: &Path, name: &str, config: &str) {
     std::fs::create_dir_all(repo.join(name).join("1")).unwrap();
     std::fs::write(repo.join(name).join("config.pbtxt"), config).unwrap();
 }
+
+/// GETs a URL and parses its JSON body.
+pub async fn get_json(url: impl reqwest::IntoUrl) -> serde_json::Value {
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
