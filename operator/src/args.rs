@@ -20,6 +20,12 @@ pub struct Args {
     #[arg(long, env = "NEREID_CLUSTER_DOMAIN", default_value = "cluster.local")]
     pub cluster_domain: String,
 
+    /// Namespaces whose InferenceModels are reconciled, comma-separated; all
+    /// namespaces when empty. With a list, the operator needs rights in those
+    /// namespaces only (the Helm chart binds its ClusterRole per namespace).
+    #[arg(long, env = "NEREID_WATCH_NAMESPACES", value_delimiter = ',', num_args = 0..)]
+    pub watch_namespaces: Vec<String>,
+
     /// Where /healthz, /readyz and /metrics are served.
     #[arg(long, env = "NEREID_OPERATOR_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
     pub metrics_address: SocketAddr,
@@ -53,6 +59,20 @@ pub struct ElectionArgs {
 }
 
 impl Args {
+    /// The namespaces to watch, `None` meaning all (blank entries dropped,
+    /// duplicates removed, so `NEREID_WATCH_NAMESPACES=""` means all).
+    pub fn watched_namespaces(&self) -> Option<Vec<String>> {
+        let mut namespaces: Vec<String> = self
+            .watch_namespaces
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        namespaces.sort();
+        namespaces.dedup();
+        (!namespaces.is_empty()).then_some(namespaces)
+    }
+
     pub fn operator_config(&self) -> OperatorConfig {
         OperatorConfig {
             server_image: self.server_image.clone(),
@@ -73,5 +93,24 @@ impl ElectionArgs {
             let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
             format!("{}-{}", host.trim(), std::process::id())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Args {
+        Args::try_parse_from(std::iter::once("nereid-operator").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn watched_namespaces_are_all_unless_listed() {
+        assert_eq!(parse(&[]).watched_namespaces(), None);
+        assert_eq!(parse(&["--watch-namespaces", ""]).watched_namespaces(), None);
+        assert_eq!(
+            parse(&["--watch-namespaces", "b, a,b,"]).watched_namespaces(),
+            Some(vec!["a".to_string(), "b".to_string()])
+        );
     }
 }

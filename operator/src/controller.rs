@@ -172,12 +172,13 @@ fn now() -> Time {
 
 /// Runs the controller until `shutdown` resolves; reconciles in flight finish first.
 ///
-/// Owned objects are watched through their metadata only and filtered to the
-/// operator's label; Secrets are watched so that creating a missing
-/// credentials Secret fixes its models at once; pods are watched (by label)
-/// because their state changes are what the status reports.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 'static) {
-    let client = ctx.client.clone();
+/// `namespaces` limits the watches to those namespaces (one controller each,
+/// so the operator needs rights there only); `None` watches the whole cluster.
+pub async fn run(
+    ctx: Arc<Context>,
+    namespaces: Option<Vec<String>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     // `graceful_shutdown_on` wants a `Sync` future; a token gives one.
     let stop = CancellationToken::new();
     let stopper = tokio::spawn({
@@ -187,22 +188,45 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             stop.cancel();
         }
     });
+    match namespaces {
+        None => run_in(ctx, None, stop).await,
+        Some(namespaces) => {
+            let controllers = namespaces
+                .into_iter()
+                .map(|namespace| run_in(ctx.clone(), Some(namespace), stop.clone()));
+            futures::future::join_all(controllers).await;
+        }
+    }
+    stopper.abort();
+}
+
+/// One controller over `namespace` (or all namespaces).
+///
+/// Owned objects are watched through their metadata only and filtered to the
+/// operator's label; Secrets are watched so that creating a missing
+/// credentials Secret fixes its models at once; pods are watched (by label)
+/// because their state changes are what the status reports.
+async fn run_in(ctx: Arc<Context>, namespace: Option<String>, stop: CancellationToken) {
+    let client = ctx.client.clone();
+    let scope = namespace.as_deref();
     let managed = watcher::Config::default().labels(&labels::managed_selector());
-    let controller = Controller::new(Api::<InferenceModel>::all(client.clone()), watcher::Config::default());
+    let controller = Controller::new(scoped::<InferenceModel>(&client, scope), watcher::Config::default());
     let store = controller.store();
     controller
         .with_config(Config::default().debounce(Duration::from_secs(1)))
-        .owns(Api::<ConfigMap>::all(client.clone()), managed.clone())
-        .owns(Api::<Deployment>::all(client.clone()), managed.clone())
-        .owns(Api::<Service>::all(client.clone()), managed.clone())
-        .owns(Api::<PodDisruptionBudget>::all(client.clone()), managed.clone())
+        .owns(scoped::<ConfigMap>(&client, scope), managed.clone())
+        .owns(scoped::<Deployment>(&client, scope), managed.clone())
+        .owns(scoped::<Service>(&client, scope), managed.clone())
+        .owns(scoped::<PodDisruptionBudget>(&client, scope), managed.clone())
         .watches(
-            Api::<Secret>::all(client.clone()),
+            scoped::<Secret>(&client, scope),
             watcher::Config::default(),
             move |secret| watches::models_naming_secret(&store.state(), &secret),
         )
-        .watches(Api::<Pod>::all(client), managed, |pod| watches::model_of_pod(&pod))
-        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .watches(scoped::<Pod>(&client, scope), managed, |pod| {
+            watches::model_of_pod(&pod)
+        })
+        .graceful_shutdown_on(stop.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
@@ -214,5 +238,15 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             }
         })
         .await;
-    stopper.abort();
+}
+
+/// An API over one namespace, or over all of them.
+fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    }
 }

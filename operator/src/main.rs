@@ -42,6 +42,10 @@ async fn run(args: Args) -> Result<()> {
         .context("the Kubernetes API server did not answer within 10 s")?
         .context("cannot reach the Kubernetes API server")?;
     tracing::info!(version = %version.git_version, "connected to the Kubernetes API server");
+    match args.watched_namespaces() {
+        Some(namespaces) => tracing::info!(namespaces = namespaces.join(","), "watching these namespaces"),
+        None => tracing::info!("watching all namespaces"),
+    }
 
     let stop = CancellationToken::new();
     tokio::spawn({
@@ -110,7 +114,7 @@ async fn run(args: Args) -> Result<()> {
                 }
             }
         };
-        controller::run(context, controller_stop).await;
+        controller::run(context, args.watched_namespaces(), controller_stop).await;
         metrics.set_leader(false);
         if lost.is_cancelled() {
             outcome = Err(anyhow::anyhow!(
