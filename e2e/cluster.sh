@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# Runs a real Kubernetes control plane as local processes on 127.0.0.1, the way controller-runtime's
+# envtest does, plus what makes it a cluster without a container engine: kube-controller-manager
+# (Deployments become ReplicaSets and Pods, garbage collection, the HPA controller), kube-scheduler
+# (Pods are placed by the real scheduler, whose reasons end up in Pod conditions) and KWOK, which
+# keeps a few fake nodes alive and plays the kubelet for the Pods bound to them.
+#
+#   e2e/cluster.sh DIR
+#
+# Everything lives in DIR: certificates, etcd's data, one log per component, and DIR/kubeconfig
+# (cluster admin). When the cluster is ready the script prints one line, "ready DIR/kubeconfig",
+# on stdout; then it supervises: it tears everything down (by PID, TERM then KILL) when its stdin
+# closes, when one of its components dies, or after NEREID_E2E_MAX_SECONDS (default 2400), so a
+# crashed or killed test harness never leaves a control plane behind. Each component also runs
+# under timeout(1) with the same bound, in case this script itself is killed.
+#
+# Binaries: NEREID_E2E_BIN, or whatever e2e/tools.sh builds (and caches).
+set -euo pipefail
+
+dir=${1:?usage: e2e/cluster.sh DIR}
+max_seconds=${NEREID_E2E_MAX_SECONDS:-2400}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin=${NEREID_E2E_BIN:-$("$here/tools.sh")}
+mkdir -p "$dir"/{pki,etcd,logs}
+dir=$(cd "$dir" && pwd)
+pki=$dir/pki
+kubeconfig=$dir/kubeconfig
+deadline=$((SECONDS + max_seconds))
+
+log() { echo "e2e/cluster.sh: $*" >&2; }
+
+# --- processes ------------------------------------------------------------------------------
+
+declare -A pids=()
+start() {
+  local name=$1
+  shift
+  timeout --signal=TERM --kill-after=10 "$max_seconds" "$@" >"$dir/logs/$name.log" 2>&1 </dev/null &
+  pids[$name]=$!
+  echo "${pids[$name]}" >"$dir/$name.pid"
+}
+
+teardown() {
+  local name pid
+  trap - EXIT INT TERM
+  # Reverse order of start: the kubelet stand-in and controllers before the API server, etcd last.
+  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    pid=${pids[$name]:-}
+    [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    [[ -n "$pid" ]] && kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$dir/$name.pid"
+  done
+  wait 2>/dev/null || true
+  log "stopped"
+}
+trap teardown EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+  log "$*"
+  local name
+  for name in "${!pids[@]}"; do
+    kill -0 "${pids[$name]}" 2>/dev/null || { log "$name exited; the end of its log:"; tail -n 20 "$dir/logs/$name.log" >&2; }
+  done
+  exit 1
+}
+
+# Waits until "$@" succeeds, up to $wait_seconds.
+wait_for() {
+  local what=$1 limit=$2
+  shift 2
+  local until=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < until)) || fail "$what did not come up within ${limit}s"
+    for name in "${!pids[@]}"; do kill -0 "${pids[$name]}" 2>/dev/null || fail "$name exited"; done
+    sleep 0.5
+  done
+}
+
+# --- ports and certificates -----------------------------------------------------------------
+
+read -r etcd_port etcd_peer_port api_port kwok_port < <(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(4)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])
+')
+
+# P-256 keys in PKCS#8, which every client here reads (Go, rustls, OpenSSL).
+key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$pki/$1.key" 2>/dev/null; }
+ca() {
+  key "$1"
+  openssl req -x509 -new -key "$pki/$1.key" -subj "/CN=$2" -days 2 -out "$pki/$1.crt" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+}
+# cert NAME CA SUBJECT EXTENSIONS
+cert() {
+  key "$1"
+  openssl req -new -key "$pki/$1.key" -subj "$3" 2>/dev/null |
+    openssl x509 -req -CA "$pki/$2.crt" -CAkey "$pki/$2.key" -CAcreateserial -days 2 \
+      -extfile <(printf '%b' "$4") -out "$pki/$1.crt" 2>/dev/null
+}
+ca ca nereid-e2e-ca
+cert apiserver ca /CN=kube-apiserver \
+  'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature'
+cert admin ca '/O=system:masters/CN=nereid-e2e-admin' 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature'
+# The aggregation layer's front proxy, so an APIService (a metrics adapter) can be registered.
+ca front-proxy-ca nereid-e2e-front-proxy-ca
+cert front-proxy-client front-proxy-ca /CN=front-proxy-client 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature'
+# Service account tokens are signed with this key (ES256).
+key sa && openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+
+cat >"$kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+- name: nereid-e2e
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority: $pki/ca.crt
+users:
+- name: admin
+  user:
+    client-certificate: $pki/admin.crt
+    client-key: $pki/admin.key
+contexts:
+- name: nereid-e2e
+  context: {cluster: nereid-e2e, user: admin}
+current-context: nereid-e2e
+YAML
+kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+# --- the control plane ----------------------------------------------------------------------
+
+log "etcd on 127.0.0.1:$etcd_port"
+start etcd "$bin/etcd" --name nereid-e2e --data-dir "$dir/etcd" \
+  --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+  --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+  --initial-cluster "nereid-e2e=http://127.0.0.1:$etcd_peer_port" \
+  --unsafe-no-fsync --log-level warn
+wait_for etcd 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$etcd_port/health', timeout=2)"
+
+# The endpoint reconciler would publish the advertise address as the `kubernetes` Service's
+# endpoint, and refuses a loopback one; nothing here dials that Service.
+log "kube-apiserver on https://127.0.0.1:$api_port"
+start kube-apiserver "$bin/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$etcd_port" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+  --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+  --client-ca-file "$pki/ca.crt" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+  --service-cluster-ip-range 10.96.0.0/16 \
+  --authorization-mode Node,RBAC \
+  --requestheader-client-ca-file "$pki/front-proxy-ca.crt" \
+  --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
+  --enable-aggregator-routing \
+  --endpoint-reconciler-type none \
+  --enable-admission-plugins OwnerReferencesPermissionEnforcement \
+  --profiling=false
+wait_for kube-apiserver 120 kubectl get --raw /readyz
+
+log "kube-controller-manager and kube-scheduler"
+start kube-controller-manager "$bin/kube-controller-manager" \
+  --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
+  --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+  --use-service-account-credentials=false \
+  --horizontal-pod-autoscaler-sync-period 2s \
+  --profiling=false
+start kube-scheduler "$bin/kube-scheduler" \
+  --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --profiling=false
+
+# KWOK plays the kubelet for nodes annotated kwok.x-k8s.io/node=fake. Pod and node IPs are on
+# loopback, so anything that dials a pod (the operator asks ready pods for their model versions)
+# stays on this machine and is refused at once.
+log "kwok"
+stages=$(printf '%s,' "$bin"/kwok-stages/*.yaml)
+start kwok "$bin/kwok" --kubeconfig "$kubeconfig" --config "${stages%,}" --node-lease-duration-seconds 40 \
+  --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+  --cidr 127.0.100.1/24 --node-ip 127.0.0.1 \
+  --server-address "127.0.0.1:$kwok_port"
+
+# Two CPU nodes and two GPU nodes (4 GPUs each, with the taint and labels the NVIDIA GPU operator
+# puts on GPU nodes).
+node() {
+  local name=$1 gpus=$2 extra_labels="" spec=" {}" gpu_capacity=""
+  if ((gpus > 0)); then
+    extra_labels="
+    nvidia.com/gpu.present: \"true\"
+    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+    nvidia.com/gpu.count: \"$gpus\""
+    spec="
+  taints:
+  - {key: nvidia.com/gpu, value: present, effect: NoSchedule}"
+    gpu_capacity="
+    nvidia.com/gpu: \"$gpus\""
+  fi
+  cat <<YAML
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $name
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    kubernetes.io/hostname: $name
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok$extra_labels
+spec:$spec
+status:
+  allocatable: &resources
+    cpu: "32"
+    memory: 256Gi
+    pods: "110"$gpu_capacity
+  capacity: *resources
+YAML
+}
+{ node cpu-0 0; node cpu-1 0; node gpu-0 4; node gpu-1 4; } | kubectl create -f - >/dev/null
+wait_for "the KWOK nodes" 60 kubectl wait --for=condition=Ready node --all --timeout=2s
+wait_for "the default ServiceAccount" 60 kubectl get serviceaccount default -n default
+
+echo "ready $kubeconfig"
+log "ready: kubeconfig $kubeconfig, logs in $dir/logs"
+
+# --- supervise ------------------------------------------------------------------------------
+
+while true; do
+  rc=0
+  read -r -t 2 _ || rc=$?
+  ((rc == 0)) && continue
+  ((rc > 128)) || { log "stdin closed: tearing down"; break; }
+  ((SECONDS < deadline)) || { log "ran for ${max_seconds}s: tearing down"; break; }
+  for name in "${!pids[@]}"; do
+    kill -0 "${pids[$name]}" 2>/dev/null || fail "$name exited unexpectedly"
+  done
+done
