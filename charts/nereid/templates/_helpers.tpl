@@ -1,0 +1,91 @@
+{{/*
+Names, labels and image strings shared by every template.
+*/}}
+
+{{/* The chart name, or nameOverride. */}}
+{{- define "nereid.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release-qualified prefix of every resource name: fullnameOverride, else
+the release name when it already contains the chart name (release "nereid"
+gives "nereid", not "nereid-nereid"), else "<release>-<chart>". Names are at
+most 63 characters (DNS-1123 label).
+*/}}
+{{- define "nereid.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of the operator's own objects (Deployment, ClusterRole, Service,
+Lease): "<fullname>-operator", so release "nereid" gives "nereid-operator",
+the operator's default lease name.
+*/}}
+{{- define "nereid.operatorName" -}}
+{{- printf "%s-operator" (include "nereid.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{/* "<chart>-<version>" for the helm.sh/chart label ('+' is not allowed in labels). */}}
+{{- define "nereid.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The labels every object carries. */}}
+{{- define "nereid.labels" -}}
+helm.sh/chart: {{ include "nereid.chart" . }}
+{{ include "nereid.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: nereid
+{{- end }}
+
+{{/*
+The labels that select the operator pods. They must never change between
+releases: a Deployment's selector is immutable.
+*/}}
+{{- define "nereid.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nereid.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The operator's ServiceAccount: the one created, or the one named. */}}
+{{- define "nereid.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "nereid.operatorName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name must name an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator image, "<repository>:<tag or appVersion>". */}}
+{{- define "nereid.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The default serving image handed to the operator (NEREID_SERVER_IMAGE). */}}
+{{- define "nereid.serverImage" -}}
+{{- printf "%s:%s" .Values.serverImage.repository (default .Chart.AppVersion .Values.serverImage.tag) }}
+{{- end }}
+
+{{/*
+Stops rendering on values that would deploy a broken operator. Included by
+the Deployment, which every install renders.
+*/}}
+{{- define "nereid.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
+{{- fail (printf "replicaCount is %d but leaderElection.enabled is false: without a lease every replica would reconcile the same models at once. Enable leader election or set replicaCount to 1." (int .Values.replicaCount)) }}
+{{- end }}
+{{- end }}
