@@ -1,0 +1,145 @@
+//! The Helm chart: lint, the plain manifests in deploy/ kept in sync, the
+//! rendered objects accepted by the API server (server-side dry-run), and a
+//! real install; then the operator, started with the chart's rights.
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+
+use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE, RELEASE};
+use crate::operator::{LEASE_NAME, Operator, service_account_kubeconfig};
+use crate::wait::{self, LONG};
+
+/// Identity of the first operator replica.
+pub const FIRST_OPERATOR: &str = "e2e-operator-a";
+
+pub async fn install(env: &Env) -> Result<()> {
+    let chart = env.path("charts/nereid");
+    let chart = chart.to_str().context("a UTF-8 path")?;
+    env.helm(["lint", "--strict", chart]).await.context("helm lint")?;
+
+    // deploy/nereid-operator.yaml is a fresh render of the chart.
+    let output = std::process::Command::new("bash")
+        .arg(env.path("deploy/render.sh"))
+        .arg("--check")
+        .env("HELM", env.bin.join("helm"))
+        .output()?;
+    ensure!(
+        output.status.success(),
+        "deploy/render.sh --check: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    // The API server accepts every rendered object: the plain manifests, and
+    // the chart with per-namespace RBAC and without leader election.
+    env.namespace(OPERATOR_NAMESPACE).await?;
+    env.namespace("team-a").await?;
+    env.namespace("team-b").await?;
+    let crds = env.path("deploy/crds/nereid-crds.yaml");
+    let plain = env.path("deploy/nereid-operator.yaml");
+    for file in [&crds, &plain] {
+        env.kubectl([
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-f",
+            file.to_str().unwrap_or_default(),
+        ])
+        .await
+        .with_context(|| format!("server-side dry-run of {}", file.display()))?;
+    }
+    for values in [
+        &["--set", "watchNamespaces={team-a,team-b}"][..],
+        &["--set", "leaderElection.enabled=false", "--set", "replicaCount=1"][..],
+    ] {
+        let mut args = vec!["template", RELEASE, chart, "--namespace", OPERATOR_NAMESPACE];
+        args.extend_from_slice(values);
+        let rendered = env.helm(args).await?;
+        env.kubectl_stdin(["apply", "--server-side", "--dry-run=server", "-f", "-"], &rendered)
+            .await
+            .with_context(|| format!("server-side dry-run of the chart rendered with {values:?}"))?;
+    }
+
+    env.helm([
+        "install",
+        RELEASE,
+        chart,
+        "--namespace",
+        OPERATOR_NAMESPACE,
+        "--wait",
+        "--timeout",
+        "180s",
+    ])
+    .await
+    .context("helm install")?;
+
+    // What the install made: established CRDs, the operator Deployment (its
+    // pods run on KWOK nodes), cluster-wide RBAC bound to its ServiceAccount.
+    let crds: Api<CustomResourceDefinition> = Api::all(env.client.clone());
+    for name in [
+        "inferencemodels.serving.nereid.dev",
+        "modelensembles.serving.nereid.dev",
+    ] {
+        let crd = crds.get(name).await?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        ensure!(established, "CRD {name} is not Established");
+    }
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    let deployment = deployments.get(OPERATOR_NAME).await?;
+    let spec = deployment.spec;
+    ensure!(
+        spec.replicas == Some(2),
+        "the chart runs 2 operator replicas, not {:?}",
+        spec.replicas
+    );
+    ensure!(
+        deployment.status.and_then(|s| s.ready_replicas) == Some(2),
+        "helm --wait returned before both operator pods were ready"
+    );
+    let account = spec
+        .template
+        .spec
+        .and_then(|s| s.service_account_name)
+        .context("serviceAccountName")?;
+    let binding: Api<ClusterRoleBinding> = Api::all(env.client.clone());
+    let bound = binding.list(&Default::default()).await?.items.into_iter().any(|b| {
+        b.subjects.unwrap_or_default().iter().any(|s| {
+            s.kind == "ServiceAccount" && s.name == account && s.namespace.as_deref() == Some(OPERATOR_NAMESPACE)
+        })
+    });
+    ensure!(bound, "no ClusterRoleBinding binds ServiceAccount {account}");
+    Ok(())
+}
+
+/// Starts the first operator replica with a token of the chart's
+/// ServiceAccount, and waits until it holds the lease.
+pub async fn start_operator(env: &Env) -> Result<()> {
+    let kubeconfig = service_account_kubeconfig(env).await?;
+    let operator = Operator::start(env, FIRST_OPERATOR, &kubeconfig)?;
+    env.operators.lock().expect("operators").push(operator);
+    wait::until("the first operator to hold the lease", LONG, || {
+        lease_holder_is(env, FIRST_OPERATOR)
+    })
+    .await
+}
+
+/// Succeeds when the lease's holder is `identity`.
+pub async fn lease_holder_is(env: &Env, identity: &str) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+    let holder = leases
+        .get(LEASE_NAME)
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    ensure!(holder == identity, "the lease is held by {holder:?}");
+    Ok(())
+}

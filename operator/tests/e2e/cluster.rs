@@ -1,0 +1,92 @@
+//! The control plane under test: `e2e/cluster.sh` as a child process.
+//!
+//! The script owns the component processes and tears them down when its
+//! stdin closes; dropping [`Cluster`] closes it, and the operating system
+//! closes it too when this harness dies, so no path leaves a cluster behind.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// How long the control plane may take to come up (etcd, the API server,
+/// the controllers, KWOK and its nodes).
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long teardown may take before the script is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Cluster {
+    script: Child,
+    stdin: Option<ChildStdin>,
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    /// Starts the control plane in `dir` with the binaries of `bin`.
+    pub fn start(repo: &Path, bin: &Path, dir: &Path) -> Result<Cluster> {
+        let mut script = Command::new("bash")
+            .arg(repo.join("e2e/cluster.sh"))
+            .arg(dir)
+            .env("NEREID_E2E_BIN", bin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting e2e/cluster.sh")?;
+        let stdin = script.stdin.take();
+        let stdout = script.stdout.take().context("the script's stdout")?;
+        let mut cluster = Cluster {
+            script,
+            stdin,
+            dir: dir.to_path_buf(),
+            kubeconfig: PathBuf::new(),
+        };
+        // Read the script's stdout on its own thread so the wait is bounded.
+        let (lines_tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(kubeconfig) = line.strip_prefix("ready ") {
+                        cluster.kubeconfig = PathBuf::from(kubeconfig);
+                        return Ok(cluster);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    bail!("the control plane did not come up within {START_TIMEOUT:?}; logs in {dir:?}/logs")
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("e2e/cluster.sh exited before the control plane was ready; logs in {dir:?}/logs")
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // EOF on the script's stdin is its signal to tear down.
+        drop(self.stdin.take());
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.script.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("e2e: the control plane did not stop within {STOP_TIMEOUT:?}; killing its script");
+        let _ = self.script.kill();
+        let _ = self.script.wait();
+    }
+}

@@ -1,0 +1,162 @@
+//! What every scenario gets: the cluster, an admin client, the command-line
+//! tools a user would run (`kubectl`, `helm`) and the operator processes.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result, bail};
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::cluster::Cluster;
+use crate::operator::Operator;
+
+/// The release and namespace the chart is installed as.
+pub const RELEASE: &str = "nereid";
+pub const OPERATOR_NAMESPACE: &str = "nereid-system";
+/// The chart's operator Deployment (and Lease, and ClusterRole) for that release.
+pub const OPERATOR_NAME: &str = "nereid-operator";
+/// The image the operator is told to run models with (KWOK never pulls it).
+pub const SERVER_IMAGE: &str = "nereid-e2e:test";
+
+pub struct Env {
+    pub repo: PathBuf,
+    pub bin: PathBuf,
+    pub cluster: Cluster,
+    /// Cluster admin, for looking at objects (the operator runs with its own rights).
+    pub client: Client,
+    /// The operator processes started so far (the leader scenario adds and kills some).
+    pub operators: Mutex<Vec<Operator>>,
+}
+
+impl Env {
+    pub async fn new(repo: PathBuf, bin: PathBuf, cluster: Cluster) -> Result<Env> {
+        let kubeconfig = Kubeconfig::read_from(&cluster.kubeconfig).context("reading the kubeconfig")?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .context("the kubeconfig")?;
+        let client = Client::try_from(config).context("the admin client")?;
+        Ok(Env {
+            repo,
+            bin,
+            cluster,
+            client,
+            operators: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// A path in the repository.
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.repo.join(relative)
+    }
+
+    /// Runs `kubectl` as cluster admin; its stdout, or an error with its stderr.
+    pub async fn kubectl<I, S>(&self, args: I) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        checked(self.kubectl_output(args, None).await?)
+    }
+
+    /// `kubectl` with `stdin` as its input (for `apply -f -`).
+    pub async fn kubectl_stdin<I, S>(&self, args: I, stdin: &str) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        checked(self.kubectl_output(args, Some(stdin)).await?)
+    }
+
+    /// `kubectl`'s whole output, failed or not.
+    pub async fn kubectl_output<I, S>(&self, args: I, stdin: Option<&str>) -> Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new(self.bin.join("kubectl"));
+        command.arg("--kubeconfig").arg(&self.cluster.kubeconfig).args(args);
+        run(command, stdin).await
+    }
+
+    /// Runs `helm` against the cluster.
+    pub async fn helm<I, S>(&self, args: I) -> Result<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new(self.bin.join("helm"));
+        // Keep helm's caches and settings inside the cluster's folder.
+        let home = self.cluster.dir.join("helm");
+        command
+            .env("KUBECONFIG", &self.cluster.kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .args(args);
+        checked(run(command, None).await?)
+    }
+
+    /// Creates `namespace` (idempotent) and waits for its default ServiceAccount,
+    /// without which no pod can be created there.
+    pub async fn namespace(&self, namespace: &str) -> Result<()> {
+        let yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n");
+        self.kubectl_stdin(["apply", "-f", "-"], &yaml).await?;
+        crate::wait::until("the default ServiceAccount", crate::wait::LONG, || async {
+            self.kubectl(["get", "serviceaccount", "default", "-n", namespace])
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// A file for logs and scratch data in the cluster's folder.
+    pub fn scratch(&self, name: &str) -> PathBuf {
+        self.cluster.dir.join(name)
+    }
+}
+
+/// Runs `command` off the async threads, feeding it `stdin`.
+async fn run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
+    let stdin = stdin.map(str::to_owned);
+    let shown = format!("{command:?}");
+    tokio::task::spawn_blocking(move || {
+        command
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn()?;
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            std::io::Write::write_all(&mut pipe, input.as_bytes())?;
+        }
+        child.wait_with_output()
+    })
+    .await?
+    .with_context(|| format!("running {shown}"))
+}
+
+fn checked(output: Output) -> Result<String> {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        bail!(
+            "exited with {}: {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim(),
+            if stdout.is_empty() {
+                String::new()
+            } else {
+                format!("\nstdout: {stdout}")
+            }
+        );
+    }
+    Ok(stdout)
+}
+
+/// Whether `path` names an executable regular file.
+pub fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
