@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine and runs every check and test: formatting, clippy,
-# the Rust unit and integration tests (one cargo invocation for the whole
-# workspace), then the Python suite that drives the built server with the
-# real tritonclient over HTTP and gRPC.
+# the Rust unit, integration and end-to-end tests (one cargo invocation for
+# the whole workspace; the e2e suite runs the operator and the Helm chart
+# against a real Kubernetes control plane on 127.0.0.1), then the Python
+# suite that drives the built server with the real tritonclient over HTTP and
+# gRPC, and the Dockerfile's lint.
+#
+# The control plane's binaries (kube-apiserver, etcd, KWOK, helm, ...) are
+# built from their Go modules by e2e/tools.sh on the first run (about half an
+# hour on two cores) and cached outside the repository for later runs.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$repo/scripts/setup.sh"
 cd "$repo"
+
+echo "== e2e/tools.sh (the control plane's binaries, built once and cached)" >&2
+NEREID_E2E_BIN=$("$repo/e2e/tools.sh")
+export NEREID_E2E_BIN NEREID_E2E=required
 
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
@@ -19,3 +29,6 @@ cargo test --locked --workspace
 
 echo "== pytest (tritonclient against target/debug/nereid-server)" >&2
 NEREID_SERVER_BIN="$repo/target/debug/nereid-server" "$repo/.venv/bin/python" -m pytest "$repo/tests" -q
+
+echo "== hadolint Dockerfile" >&2
+"$repo/.venv/bin/hadolint" "$repo/Dockerfile"
