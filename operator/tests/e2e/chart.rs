@@ -122,8 +122,8 @@ pub async fn install(env: &Env) -> Result<()> {
 /// Starts the first operator replica with a token of the chart's
 /// ServiceAccount, and waits until it holds the lease.
 pub async fn start_operator(env: &Env) -> Result<()> {
-    let kubeconfig = service_account_kubeconfig(env).await?;
-    let operator = Operator::start(env, FIRST_OPERATOR, &kubeconfig)?;
+    let kubeconfig = service_account_kubeconfig(env, OPERATOR_NAMESPACE, OPERATOR_NAME).await?;
+    let operator = Operator::start(env, FIRST_OPERATOR, &kubeconfig, &[])?;
     env.operators.lock().expect("operators").push(operator);
     wait::until("the first operator to hold the lease", LONG, || {
         lease_holder_is(env, FIRST_OPERATOR)

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 
 use crate::chart::{FIRST_OPERATOR, lease_holder_is};
-use crate::env::Env;
+use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE};
 use crate::models;
 use crate::operator::{LEASE_DURATION_SECS, Operator, metric, service_account_kubeconfig};
 use crate::wait::{self, LONG};
@@ -21,8 +21,8 @@ const LEADER: &str = "nereid_operator_leader";
 
 pub async fn run(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
-    let kubeconfig = service_account_kubeconfig(env).await?;
-    let standby = Operator::start(env, SECOND_OPERATOR, &kubeconfig)?;
+    let kubeconfig = service_account_kubeconfig(env, OPERATOR_NAMESPACE, OPERATOR_NAME).await?;
+    let standby = Operator::start(env, SECOND_OPERATOR, &kubeconfig, &[])?;
     wait::until("the second operator to be ready", LONG, || standby.ready()).await?;
     let standby_metrics = standby.metrics;
     env.operators.lock().expect("operators").push(standby);

@@ -27,6 +27,7 @@ mod lifecycle;
 mod models;
 mod operator;
 mod scaling;
+mod scoped;
 mod validation;
 mod wait;
 
@@ -44,7 +45,7 @@ use crate::env::{Env, is_executable};
 type Run = for<'a> fn(&'a Env) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
 
 /// The scenarios, in the order they run. The leader scenario kills the first
-/// operator, so it comes last.
+/// operator and the scoped one stops every other, so they come last.
 const SCENARIOS: &[(&str, Run)] = &[
     ("examples_become_ready_workloads", |env| Box::pin(examples::run(env))),
     ("gpu_models_schedule_onto_gpu_nodes_or_say_why_not", |env| {
@@ -57,6 +58,9 @@ const SCENARIOS: &[(&str, Run)] = &[
     ("cel_rejects_invalid_examples", |env| Box::pin(validation::run(env))),
     ("only_the_lease_holder_reconciles_and_a_standby_takes_over", |env| {
         Box::pin(leader::run(env))
+    }),
+    ("watch_namespaces_limit_the_operator_and_its_rights", |env| {
+        Box::pin(scoped::run(env))
     }),
 ];
 

@@ -26,8 +26,9 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts an operator with the identity `identity` and the rights in `kubeconfig`.
-    pub fn start(env: &Env, identity: &str, kubeconfig: &Path) -> Result<Operator> {
+    /// Starts an operator with the identity `identity` and the rights in
+    /// `kubeconfig`; `settings` (environment variables) override the defaults.
+    pub fn start(env: &Env, identity: &str, kubeconfig: &Path, settings: &[(&str, &str)]) -> Result<Operator> {
         let metrics = free_port()?;
         let log = env.scratch(&format!("logs/operator-{identity}.log"));
         let output = std::fs::File::create(&log)?;
@@ -42,6 +43,7 @@ impl Operator {
             .env("NEREID_LEASE_DURATION_SECS", LEASE_DURATION_SECS.to_string())
             .env("RUST_LOG", "info,nereid_operator=debug")
             .env("NO_COLOR", "1")
+            .envs(settings.iter().copied())
             .stdin(Stdio::null())
             .stdout(output.try_clone()?)
             .stderr(output)
@@ -84,11 +86,12 @@ impl Drop for Operator {
     }
 }
 
-/// A kubeconfig holding a token of the chart's operator ServiceAccount.
-pub async fn service_account_kubeconfig(env: &Env) -> Result<PathBuf> {
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
+/// A kubeconfig holding a token of the ServiceAccount of the chart's
+/// operator Deployment `deployment` in `namespace`.
+pub async fn service_account_kubeconfig(env: &Env, namespace: &str, deployment: &str) -> Result<PathBuf> {
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), namespace);
     let deployment = deployments
-        .get(OPERATOR_NAME)
+        .get(deployment)
         .await
         .context("the chart's operator Deployment")?;
     let account = deployment
@@ -98,15 +101,7 @@ pub async fn service_account_kubeconfig(env: &Env) -> Result<PathBuf> {
         .and_then(|s| s.service_account_name)
         .context("the operator Deployment names no ServiceAccount")?;
     let token = env
-        .kubectl([
-            "create",
-            "token",
-            &account,
-            "-n",
-            OPERATOR_NAMESPACE,
-            "--duration",
-            "2h",
-        ])
+        .kubectl(["create", "token", &account, "-n", namespace, "--duration", "2h"])
         .await?;
     let admin = Kubeconfig::read_from(&env.cluster.kubeconfig)?;
     let cluster = admin
@@ -116,13 +111,13 @@ pub async fn service_account_kubeconfig(env: &Env) -> Result<PathBuf> {
         .context("the admin kubeconfig has no cluster")?;
     let server = cluster.server.clone().context("no server")?;
     let ca = cluster.certificate_authority.clone().context("no CA")?;
-    let path = env.scratch("operator.kubeconfig");
+    let path = env.scratch(&format!("{namespace}-{account}.kubeconfig"));
     std::fs::write(
         &path,
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
              certificate-authority: {ca}\nusers:\n- name: {account}\n  user:\n    token: {}\ncontexts:\n\
-             - name: e2e\n  context: {{cluster: e2e, user: {account}, namespace: {OPERATOR_NAMESPACE}}}\n\
+             - name: e2e\n  context: {{cluster: e2e, user: {account}, namespace: {namespace}}}\n\
              current-context: e2e\n",
             token.trim()
         ),
@@ -134,16 +129,21 @@ pub async fn service_account_kubeconfig(env: &Env) -> Result<PathBuf> {
 /// line that starts with `series` (name and labels as Prometheus prints
 /// them), 0 when absent (an unset counter).
 pub async fn metric(address: SocketAddr, series: &str) -> Result<f64> {
-    let text = reqwest::get(format!("http://{address}/metrics"))
+    Ok(metrics(address)
         .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    Ok(text
         .lines()
         .filter_map(|line| line.strip_prefix(series))
         .find_map(|rest| rest.strip_prefix(' ').and_then(|v| v.trim().parse().ok()))
         .unwrap_or(0.0))
+}
+
+/// Everything the operator at `address` exports.
+pub async fn metrics(address: SocketAddr) -> Result<String> {
+    Ok(reqwest::get(format!("http://{address}/metrics"))
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
 }
 
 fn free_port() -> Result<SocketAddr> {
