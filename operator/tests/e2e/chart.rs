@@ -2,6 +2,8 @@
 //! rendered objects accepted by the API server (server-side dry-run), and a
 //! real install; then the operator, started with the chart's rights.
 
+use std::process::Command;
+
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -9,7 +11,7 @@ use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 
-use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE, RELEASE};
+use crate::env::{self, Env, OPERATOR_NAME, OPERATOR_NAMESPACE, RELEASE};
 use crate::operator::{LEASE_NAME, Operator, service_account_kubeconfig};
 use crate::wait::{self, LONG};
 
@@ -22,16 +24,12 @@ pub async fn install(env: &Env) -> Result<()> {
     env.helm(["lint", "--strict", chart]).await.context("helm lint")?;
 
     // deploy/nereid-operator.yaml is a fresh render of the chart.
-    let output = std::process::Command::new("bash")
+    let mut render = Command::new("bash");
+    render
         .arg(env.path("deploy/render.sh"))
         .arg("--check")
-        .env("HELM", env.bin.join("helm"))
-        .output()?;
-    ensure!(
-        output.status.success(),
-        "deploy/render.sh --check: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .env("HELM", env.bin.join("helm"));
+    env::checked(env::run(render, None).await?).context("deploy/render.sh --check")?;
 
     // The API server accepts every rendered object: the plain manifests, and
     // the chart with per-namespace RBAC and without leader election.

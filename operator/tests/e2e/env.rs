@@ -119,7 +119,7 @@ impl Env {
 }
 
 /// Runs `command` off the async threads, feeding it `stdin`.
-async fn run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
+pub async fn run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
     let stdin = stdin.map(str::to_owned);
     let shown = format!("{command:?}");
     tokio::task::spawn_blocking(move || {
@@ -137,7 +137,8 @@ async fn run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
     .with_context(|| format!("running {shown}"))
 }
 
-fn checked(output: Output) -> Result<String> {
+/// The stdout of a command that succeeded, or an error with its stderr.
+pub fn checked(output: Output) -> Result<String> {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
         bail!(

@@ -34,17 +34,14 @@ pub async fn run(env: &Env) -> Result<()> {
     }
 
     // A pod without GPUs never lands on a GPU node: their taint keeps it off.
-    models::apply(env, NAMESPACE, &models::manifest("cpu-only", "  replicas: 2\n")).await?;
+    models::apply(env, NAMESPACE, &models::manifest("cpu-only", 2, models::SMALL_CPU)).await?;
     for pod in models::running_pods(env, NAMESPACE, "cpu-only", 2).await? {
         let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
         ensure!(node.starts_with("cpu-"), "a CPU model's pod runs on {node:?}");
     }
 
     // Eight GPUs in one pod: each GPU node has four.
-    let too_big = models::manifest("too-big", "  resources:\n    gpu: 8\n");
-    // `manifest` already has a resources block; this one replaces it.
-    let too_big = too_big.replace("  resources:\n    cpu: 500m\n    memory: 256Mi\n", "");
-    models::apply(env, NAMESPACE, &too_big).await?;
+    models::apply(env, NAMESPACE, &models::manifest("too-big", 1, "    gpu: 8\n")).await?;
     let model = wait::until("too-big to report InsufficientGPU", LONG, || async {
         let model = models::get(env, NAMESPACE, "too-big").await?;
         let ready = models::condition(&model, "Ready").context("no Ready condition")?;

@@ -29,7 +29,12 @@ pub async fn run(env: &Env) -> Result<()> {
 
     // While the first holds the lease, a new model is reconciled by it alone.
     lease_holder_is(env, FIRST_OPERATOR).await?;
-    models::apply(env, NAMESPACE, &models::manifest("before-takeover", "  replicas: 1\n")).await?;
+    models::apply(
+        env,
+        NAMESPACE,
+        &models::manifest("before-takeover", 1, models::SMALL_CPU),
+    )
+    .await?;
     models::ready(env, NAMESPACE, "before-takeover", 1).await?;
     let standby = |series| metric(standby_metrics, series);
     ensure!(standby(LEADER).await? == 0.0, "the standby claims to lead");
@@ -64,7 +69,12 @@ pub async fn run(env: &Env) -> Result<()> {
     .await?;
 
     // It reconciles now: a new model gets its Deployment and a Ready status.
-    models::apply(env, NAMESPACE, &models::manifest("after-takeover", "  replicas: 1\n")).await?;
+    models::apply(
+        env,
+        NAMESPACE,
+        &models::manifest("after-takeover", 1, models::SMALL_CPU),
+    )
+    .await?;
     models::ready(env, NAMESPACE, "after-takeover", 1).await?;
     Api::<Deployment>::namespaced(env.client.clone(), NAMESPACE)
         .get("after-takeover")

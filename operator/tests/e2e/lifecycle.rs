@@ -2,14 +2,17 @@
 //! garbage collector remove everything it owned.
 
 use std::collections::BTreeSet;
+use std::fmt::Debug;
 
 use anyhow::{Result, bail};
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::Api;
 use kube::api::ListParams;
+use kube::{Api, Resource};
 use nereid_operator::builders::labels;
+use serde::de::DeserializeOwned;
 
 use crate::env::Env;
 use crate::models;
@@ -19,7 +22,7 @@ const NAMESPACE: &str = "lifecycle";
 
 pub async fn run(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
-    models::apply(env, NAMESPACE, &models::manifest("rolling", "  replicas: 2\n")).await?;
+    models::apply(env, NAMESPACE, &models::manifest("rolling", 2, models::SMALL_CPU)).await?;
     models::ready(env, NAMESPACE, "rolling", 2).await?;
     let before: BTreeSet<String> = models::running_pods(env, NAMESPACE, "rolling", 2)
         .await?
@@ -67,48 +70,15 @@ pub async fn run(env: &Env) -> Result<()> {
     let selector = format!("{}=rolling", labels::MODEL);
     let params = ListParams::default().labels(&selector);
     wait::until("garbage collection of everything rolling owned", LONG, || async {
-        let client = env.client.clone();
         let left = [
-            (
-                "Deployments",
-                Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
-                    .list_metadata(&params)
-                    .await?
-                    .items
-                    .len(),
-            ),
-            (
-                "Services",
-                Api::<Service>::namespaced(client.clone(), NAMESPACE)
-                    .list_metadata(&params)
-                    .await?
-                    .items
-                    .len(),
-            ),
-            (
-                "ConfigMaps",
-                Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE)
-                    .list_metadata(&params)
-                    .await?
-                    .items
-                    .len(),
-            ),
+            ("Deployments", count::<Deployment>(env, &params).await?),
+            ("Services", count::<Service>(env, &params).await?),
+            ("ConfigMaps", count::<ConfigMap>(env, &params).await?),
             (
                 "PodDisruptionBudgets",
-                Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE)
-                    .list_metadata(&params)
-                    .await?
-                    .items
-                    .len(),
+                count::<PodDisruptionBudget>(env, &params).await?,
             ),
-            (
-                "Pods",
-                Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, NAMESPACE)
-                    .list_metadata(&params)
-                    .await?
-                    .items
-                    .len(),
-            ),
+            ("Pods", count::<Pod>(env, &params).await?),
         ];
         let left: Vec<_> = left.into_iter().filter(|(_, n)| *n > 0).collect();
         if !left.is_empty() {
@@ -117,4 +87,15 @@ pub async fn run(env: &Env) -> Result<()> {
         Ok(())
     })
     .await
+}
+
+/// How many objects of kind `K` in this scenario's namespace match `params`.
+async fn count<K>(env: &Env, params: &ListParams) -> Result<usize>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let objects = Api::<K>::namespaced(env.client.clone(), NAMESPACE)
+        .list_metadata(params)
+        .await?;
+    Ok(objects.items.len())
 }

@@ -12,12 +12,15 @@ use nereid_operator::builders::labels;
 use crate::env::Env;
 use crate::wait::{self, LONG};
 
-/// An InferenceModel manifest: `name`, a CPU-sized model from S3, and `spec`
-/// (YAML lines indented by four spaces) appended to its spec.
-pub fn manifest(name: &str, spec: &str) -> String {
+/// The resources of a small CPU model, as `manifest` takes them.
+pub const SMALL_CPU: &str = "    cpu: 500m\n    memory: 256Mi\n";
+
+/// An InferenceModel manifest: `name` from S3, with `replicas` pods each
+/// asking for `resources` (YAML lines indented by four spaces).
+pub fn manifest(name: &str, replicas: i32, resources: &str) -> String {
     format!(
         "apiVersion: serving.nereid.dev/v1alpha1\nkind: InferenceModel\nmetadata:\n  name: {name}\nspec:\n  \
-         source:\n    uri: s3://e2e-models/{name}\n  resources:\n    cpu: 500m\n    memory: 256Mi\n{spec}"
+         source:\n    uri: s3://e2e-models/{name}\n  replicas: {replicas}\n  resources:\n{resources}"
     )
 }
 

@@ -15,7 +15,7 @@ const NAMESPACE: &str = "scaling";
 
 pub async fn run(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
-    models::apply(env, NAMESPACE, &models::manifest("scaled", "  replicas: 1\n")).await?;
+    models::apply(env, NAMESPACE, &models::manifest("scaled", 1, models::SMALL_CPU)).await?;
     models::ready(env, NAMESPACE, "scaled", 1).await?;
 
     env.kubectl(["scale", "-n", NAMESPACE, "nmodel/scaled", "--replicas=3"])

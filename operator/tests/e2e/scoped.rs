@@ -97,8 +97,8 @@ pub async fn run(env: &Env) -> Result<()> {
     let address = operator.metrics;
     env.operators.lock().expect("operators").push(operator);
 
-    models::apply(env, UNWATCHED, &models::manifest("unwatched", "  replicas: 1\n")).await?;
-    models::apply(env, WATCHED, &models::manifest("watched", "  replicas: 1\n")).await?;
+    models::apply(env, UNWATCHED, &models::manifest("unwatched", 1, models::SMALL_CPU)).await?;
+    models::apply(env, WATCHED, &models::manifest("watched", 1, models::SMALL_CPU)).await?;
     models::ready(env, WATCHED, "watched", 1).await?;
     // Applied first, yet untouched: no status, no Deployment.
     let unwatched = models::get(env, UNWATCHED, "unwatched").await?;
