@@ -6,7 +6,7 @@ use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceService
 use nereid_proto::inference::model_infer_request::InferInputTensor;
 use nereid_proto::inference::{InferTensorContents, ModelInferRequest, RepositoryIndexRequest};
 use serde_json::{Value, json};
-use support::{TestServer, get_json, repo_root, scratch, write_model};
+use support::{TestServer, get_json, post_json, repo_root, scratch, write_model};
 
 fn ints(bytes: &[u8]) -> Vec<i32> {
     bytes
@@ -49,15 +49,7 @@ async fn simple_over_http_and_grpc() {
             {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": vec![1; 16]},
         ]
     });
-    let reply: Value = http
-        .post(format!("{}/v2/models/simple/infer", server.http))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reply = post_json(format!("{}/v2/models/simple/infer", server.http), &body).await;
     let outputs = reply["outputs"].as_array().unwrap();
     let by_name = |name: &str| outputs.iter().find(|o| o["name"] == name).unwrap().clone();
     assert_eq!(by_name("OUTPUT0")["data"], json!((1..17).collect::<Vec<i32>>()));
@@ -157,18 +149,8 @@ async fn repository_api_loads_overrides_and_unloads() {
     let server = TestServer::start(&repo, &["--model-control-mode", "explicit"]);
     let http = reqwest::Client::new();
     let index = |ready: bool| {
-        let http = http.clone();
         let url = format!("{}/v2/repository/index", server.http);
-        async move {
-            http.post(url)
-                .json(&json!({"ready": ready}))
-                .send()
-                .await
-                .unwrap()
-                .json::<Value>()
-                .await
-                .unwrap()
-        }
+        async move { post_json(url, &json!({"ready": ready})).await }
     };
     assert_eq!(index(false).await, json!([{"name": "add_sub"}]));
     assert_eq!(index(true).await, json!([]));
@@ -291,15 +273,7 @@ async fn broken_models_are_unavailable_and_the_rest_serve() {
         ],
         "outputs": [{"name": "OUTPUT1"}]
     });
-    let reply: Value = http
-        .post(format!("{}/v2/models/good/infer", server.http))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let reply = post_json(format!("{}/v2/models/good/infer", server.http), &body).await;
     assert_eq!(reply["outputs"].as_array().unwrap().len(), 1);
     assert_eq!(reply["outputs"][0]["data"], json!([0, 1, 2, 3]));
     let response = http

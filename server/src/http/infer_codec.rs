@@ -324,30 +324,23 @@ mod tests {
             e.message().starts_with("failed to parse the request JSON buffer"),
             "{e}"
         );
-        let e = decode(
-            "m",
-            None,
-            Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT33","data":[1]}]}"#),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.message().contains("invalid datatype for input A"), "{e}");
-        let e = decode(
-            "m",
-            None,
-            Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32"}]}"#),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.message().contains("no field is set"), "{e}");
-        let e = decode(
-            "m",
-            None,
-            Bytes::from_static(br#"{"inputs":[{"name":"A","shape":[-2],"datatype":"INT32","data":[]}]}"#),
-            None,
-        )
-        .unwrap_err();
-        assert!(e.message().contains("'A'"), "{e}");
+        for (body, expected) in [
+            (
+                br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT33","data":[1]}]}"#.as_slice(),
+                "invalid datatype for input A",
+            ),
+            (
+                br#"{"inputs":[{"name":"A","shape":[1],"datatype":"INT32"}]}"#,
+                "no field is set",
+            ),
+            (
+                br#"{"inputs":[{"name":"A","shape":[-2],"datatype":"INT32","data":[]}]}"#,
+                "'A'",
+            ),
+        ] {
+            let e = decode("m", None, Bytes::from_static(body), None).unwrap_err();
+            assert!(e.message().contains(expected), "{e}");
+        }
     }
 
     #[test]

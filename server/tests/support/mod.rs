@@ -157,3 +157,9 @@ pub fn write_model(repo: &Path, name: &str, config: &str) {
 pub async fn get_json(url: impl reqwest::IntoUrl) -> serde_json::Value {
     reqwest::get(url).await.unwrap().json().await.unwrap()
 }
+
+/// POSTs `body` as JSON to a URL and parses the JSON reply, whatever its status.
+pub async fn post_json(url: impl reqwest::IntoUrl, body: &serde_json::Value) -> serde_json::Value {
+    let client = reqwest::Client::new();
+    client.post(url).json(body).send().await.unwrap().json().await.unwrap()
+}
