@@ -22,6 +22,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pytest
 import requests
+import tritonclient.http as httpclient
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -468,6 +469,14 @@ def simple_inputs(batch: int = 1, seed: int = 0) -> tuple[np.ndarray, np.ndarray
     a = rng.integers(-10_000, 10_000, size=(batch, 16), dtype=np.int32)
     b = rng.integers(-10_000, 10_000, size=(batch, 16), dtype=np.int32)
     return a, b
+
+
+def simple_http_inputs(a: np.ndarray, b: np.ndarray, binary: bool = True):
+    """The simple model's two inputs for tritonclient.http, holding `a` and `b`."""
+    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "INT32"), httpclient.InferInput("INPUT1", list(b.shape), "INT32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    return inputs
 
 
 def simple_json_request(a: np.ndarray, b: np.ndarray, outputs: Sequence[str] | None = None) -> dict:

@@ -318,9 +318,7 @@ def test_grpc_classification_top_k(grpc_client):
 
     a = np.array([[5, 1, 9, 3] * 4], dtype=np.int32)
     b = np.zeros((1, 16), dtype=np.int32)
-    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
+    inputs = _simple_inputs_grpc(a, b)
     outputs = [grpcclient.InferRequestedOutput("OUTPUT1", class_count=2)]
     result = grpc_client.infer("simple", inputs, outputs=outputs)
     classes = [c.decode() for c in result.as_numpy("OUTPUT1").reshape(-1)]

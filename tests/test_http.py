@@ -14,6 +14,7 @@ from helpers import (
     mlp_reference,
     parse_infer_response,
     post_infer,
+    simple_http_inputs,
     simple_inputs,
     simple_json_request,
 )
@@ -128,9 +129,7 @@ def test_model_config_others(http_client, model, data_type, max_batch):
 
 
 def _simple_infer(client, a, b, binary: bool, **kw):
-    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "INT32"), httpclient.InferInput("INPUT1", list(b.shape), "INT32")]
-    inputs[0].set_data_from_numpy(a, binary_data=binary)
-    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    inputs = simple_http_inputs(a, b, binary)
     outputs = [
         httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary),
         httpclient.InferRequestedOutput("OUTPUT1", binary_data=binary),
@@ -164,9 +163,7 @@ def test_infer_simple_all_outputs_by_default(http_client):
     # No outputs listed: tritonclient sets parameters.binary_data_output=true and
     # the server must return every output, in binary.
     a, b = simple_inputs(3, seed=11)
-    inputs = [httpclient.InferInput("INPUT0", [3, 16], "INT32"), httpclient.InferInput("INPUT1", [3, 16], "INT32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
+    inputs = simple_http_inputs(a, b)
     result = http_client.infer("simple", inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
@@ -174,9 +171,7 @@ def test_infer_simple_all_outputs_by_default(http_client):
 
 def test_infer_simple_one_output_requested(http_client):
     a, b = simple_inputs(1, seed=12)
-    inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
+    inputs = simple_http_inputs(a, b)
     result = http_client.infer("simple", inputs, outputs=[httpclient.InferRequestedOutput("OUTPUT1")])
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     assert result.as_numpy("OUTPUT0") is None
@@ -368,18 +363,13 @@ def test_tritonclient_error_unknown_model(http_client):
 # --------------------------------------------------------------------------
 
 
-def _simple_client_inputs(a: np.ndarray, b: np.ndarray, binary: bool = True):
-    inputs = [httpclient.InferInput("INPUT0", list(a.shape), "INT32"), httpclient.InferInput("INPUT1", list(b.shape), "INT32")]
-    inputs[0].set_data_from_numpy(a, binary_data=binary)
-    inputs[1].set_data_from_numpy(b, binary_data=binary)
-    return inputs
 
 
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
 def test_classification_top_k(http_client, binary):
     a, b = simple_inputs(2, seed=5)
     outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=binary, class_count=3)]
-    result = http_client.infer("simple", _simple_client_inputs(a, b), outputs=outputs)
+    result = http_client.infer("simple", simple_http_inputs(a, b), outputs=outputs)
     classes = result.as_numpy("OUTPUT0")
     assert classes.shape == (2, 3)
     total = a + b
@@ -395,7 +385,7 @@ def test_compressed_request_and_response(http_client, algorithm):
     a, b = simple_inputs(3, seed=9)
     result = http_client.infer(
         "simple",
-        _simple_client_inputs(a, b),
+        simple_http_inputs(a, b),
         request_compression_algorithm=algorithm,
         response_compression_algorithm=algorithm,
     )
@@ -421,7 +411,7 @@ def test_statistics_count_inferences_and_executions(http_client):
     before = counts()
     a, b = simple_inputs(2, seed=4)
     for _ in range(3):
-        http_client.infer("simple", _simple_client_inputs(a, b))
+        http_client.infer("simple", simple_http_inputs(a, b))
     after = counts()
     # simple has no dynamic batching: each request is one execution of batch 2.
     assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (6, 3, 3)

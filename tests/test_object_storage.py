@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from helpers import EXAMPLES_MODELS, HOST, NereidServer, repository_index
+from helpers import EXAMPLES_MODELS, HOST, NereidServer, repository_index, simple_http_inputs
 
 BUCKET = "models"
 CREDENTIALS = {
@@ -90,9 +90,7 @@ def test_models_in_s3_are_listed_loaded_and_served(s3_server):
     client = httpclient.InferenceServerClient(s3_server.http_url)
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     b = np.full((1, 16), 3, dtype=np.int32)
-    inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
-    inputs[0].set_data_from_numpy(a)
-    inputs[1].set_data_from_numpy(b)
+    inputs = simple_http_inputs(a, b)
     result = client.infer("simple", inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
