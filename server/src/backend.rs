@@ -123,12 +123,14 @@ pub fn for_kind(kind: BackendKind) -> &'static dyn Backend {
     }
 }
 
-/// The model file of a version: `default_model_filename` or the backend's default.
-pub fn model_file(config: &ModelConfig, version_dir: &Path, default: &str) -> std::path::PathBuf {
+/// The model file of a version: `default_model_filename` or the backend's
+/// default, which must be a file inside the model's folder.
+pub fn model_file(config: &ModelConfig, version_dir: &Path, default: &str) -> Result<std::path::PathBuf> {
     let name = if config.default_model_filename.is_empty() {
         default
     } else {
         config.default_model_filename.as_str()
     };
-    version_dir.join(name)
+    let model_dir = version_dir.parent().unwrap_or(version_dir);
+    crate::model_config::file_names::resolve(model_dir, version_dir, name, "model file")
 }

@@ -14,7 +14,7 @@ use crate::backend::{self, Device};
 use crate::dynamic_batch_scheduler::{BatcherConfig, DynamicBatchScheduler};
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, InstanceSource, Placement};
-use crate::model_config::{BackendKind, parameter};
+use crate::model_config::{BackendKind, file_names, parameter};
 use crate::request::InferRequest;
 use crate::response::InferResponse;
 use crate::scheduler::Scheduler;
@@ -44,9 +44,10 @@ impl Model {
         let mut labels = HashMap::new();
         let model_dir = version_dir.parent().unwrap_or(version_dir);
         for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
-            let path = model_dir.join(&output.label_filename);
+            let what = format!("label file of output '{}'", output.name);
+            let path = file_names::resolve(model_dir, model_dir, &output.label_filename, &what)?;
             let text = std::fs::read_to_string(&path)
-                .map_err(|e| Error::invalid(format!("failed to read label file '{}': {e}", path.display())))?;
+                .map_err(|_| Error::invalid(format!("{what} '{}' is not valid UTF-8 text", output.label_filename)))?;
             labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
         }
         let placements = placements(&config)?;

@@ -6,6 +6,7 @@
 //! are one and the same value.
 
 pub mod autocomplete;
+pub mod file_names;
 pub mod json;
 pub mod text;
 pub mod validate;

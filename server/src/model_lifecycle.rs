@@ -17,7 +17,7 @@ use nereid_proto::inference::{
 use crate::backend;
 use crate::error::{Error, Result};
 use crate::model::Model;
-use crate::model_config::{BackendKind, autocomplete, validate::validate};
+use crate::model_config::{BackendKind, autocomplete, file_names, validate::validate};
 use crate::repository::{ModelFiles, select_versions};
 
 /// A config ready to load, with what was decided on the way.
@@ -62,6 +62,8 @@ pub fn prepare(
             }
         }
     };
+    // Before anything is opened: an override's file names are client input.
+    file_names::check(&config)?;
     if config.name.is_empty() {
         config.name = name.to_string();
     } else if config.name != name {

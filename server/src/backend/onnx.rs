@@ -87,13 +87,7 @@ impl Backend for OnnxRuntimeBackend {
 
 /// Creates a session for a version's model file with the config's settings.
 fn open(config: &ModelConfig, version_dir: &Path, device: Device, threads: usize) -> Result<Session> {
-    let path = model_file(config, version_dir, "model.onnx");
-    if !path.is_file() {
-        return Err(Error::invalid(format!(
-            "model file '{}' does not exist",
-            path.display()
-        )));
-    }
+    let path = model_file(config, version_dir, "model.onnx")?;
     let ort_error = |e: ort::Error| Error::internal(format!("ONNX Runtime: {e}"));
     let mut builder: SessionBuilder = Session::builder(environment()?).map_err(ort_error)?;
     let builder_error = |e: ort::Error<SessionBuilder>| ort_error(e.into());

@@ -2,13 +2,14 @@
 
 use std::collections::HashSet;
 
-use nereid_proto::inference::{ModelConfig, model_instance_group::Kind};
+use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice, model_instance_group::Kind};
 
 use super::{input_datatype, output_datatype};
 use crate::error::{Error, Result};
 use crate::tensor::element_count;
 
 pub fn validate(config: &ModelConfig) -> Result<()> {
+    not_yet_supported(config)?;
     if config.max_batch_size < 0 {
         return Err(Error::invalid(format!(
             "max_batch_size must be >= 0, got {}",
@@ -63,6 +64,28 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
                 group.name, group.kind
             )));
         }
+    }
+    Ok(())
+}
+
+/// Features a config can ask for that this server does not have yet. Such a
+/// model must not load: served statelessly, it would answer wrongly.
+fn not_yet_supported(config: &ModelConfig) -> Result<()> {
+    match &config.scheduling_choice {
+        Some(SchedulingChoice::SequenceBatching(_)) => {
+            return Err(Error::unsupported(
+                "sequence_batching (stateful models) is not supported by this server yet; the model would lose its state between requests",
+            ));
+        }
+        Some(SchedulingChoice::EnsembleScheduling(_)) => {
+            return Err(Error::unsupported("ensemble_scheduling is not supported by this server yet"));
+        }
+        Some(SchedulingChoice::DynamicBatching(_)) | None => {}
+    }
+    if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+        return Err(Error::unsupported(
+            "decoupled models (model_transaction_policy { decoupled: true }) are not supported by this server yet",
+        ));
     }
     Ok(())
 }
@@ -148,5 +171,20 @@ mod tests {
             let err = validate(&parse(text).unwrap()).unwrap_err();
             assert!(err.message().contains(needle), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_serve_yet() {
+        let io = r#"input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#;
+        for (extra, needle) in [
+            ("sequence_batching { max_sequence_idle_microseconds: 5000000 }", "sequence_batching"),
+            ("model_transaction_policy { decoupled: true }", "decoupled"),
+        ] {
+            let err = validate(&parse(&format!("{io} {extra}")).unwrap()).unwrap_err();
+            assert_eq!(err.kind(), crate::error::ErrorKind::Unsupported);
+            assert!(err.message().contains(needle), "{err}");
+            assert!(err.message().contains("not supported by this server yet"), "{err}");
+        }
+        validate(&parse(&format!("{io} model_transaction_policy {{ decoupled: false }}")).unwrap()).unwrap();
     }
 }
