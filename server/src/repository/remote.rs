@@ -4,10 +4,14 @@
 //!
 //! A model is fetched into a local cache folder each time it is loaded, then
 //! loaded from there like any local model, so a reload picks up new files
-//! and ONNX Runtime reads a real file. Credentials and endpoints come from
-//! the environment the usual way for each store (`AWS_ACCESS_KEY_ID`,
-//! `AWS_ENDPOINT_URL`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_KEY`,
-//! ...), which is also how the Kubernetes operator passes a Secret.
+//! and ONNX Runtime reads a real file; objects are streamed to disk, never
+//! held whole in memory. Credentials and endpoints come from the environment
+//! the usual way for each store (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`,
+//! `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_KEY`, ...), which is also
+//! how the Kubernetes operator passes a Secret. Only the variables of the
+//! URL's own store are read (`AWS_*` for s3://, `GOOGLE_*` for gs://,
+//! `AZURE_*` for Azure): a generic name in the environment (`ENDPOINT`,
+//! `TOKEN`) never changes how a store is reached.
 
 use std::path::{Path as LocalPath, PathBuf};
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use std::sync::Arc;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::error::{Error, Result};
 
@@ -44,11 +49,14 @@ impl RemoteRoot {
             }
             None => (url.to_string(), Vec::new()),
         };
-        options.extend(std::env::vars().map(|(k, v)| (k.to_ascii_lowercase(), v)));
         let parsed = url::Url::parse(&url_for_store).map_err(|e| bad(e.to_string()))?;
-        if !matches!(parsed.scheme(), "s3" | "gs" | "az") {
-            return Err(bad("supported schemes are s3://, gs:// and as:// (or az://)".into()));
-        }
+        let prefix = match parsed.scheme() {
+            "s3" => "aws_",
+            "gs" => "google_",
+            "az" => "azure_",
+            _ => return Err(bad("supported schemes are s3://, gs:// and as:// (or az://)".into())),
+        };
+        options.extend(store_options(prefix, std::env::vars()));
         let (store, prefix) = object_store::parse_url_opts(&parsed, options).map_err(|e| bad(e.to_string()))?;
         Ok(Self::with_store(url, Arc::from(store), prefix, cache))
     }
@@ -125,17 +133,7 @@ impl RemoteRoot {
             if let Some(parent) = target.parent() {
                 create_dir(parent).await?;
             }
-            let bytes = self
-                .store
-                .get(&object.location)
-                .await
-                .map_err(|e| self.failed(&format!("download '{}'", object.location), e))?
-                .bytes()
-                .await
-                .map_err(|e| self.failed(&format!("download '{}'", object.location), e))?;
-            tokio::fs::write(&target, &bytes)
-                .await
-                .map_err(|e| Error::internal(format!("failed to write '{}': {e}", target.display())))?;
+            self.download(&object.location, &target).await?;
         }
         let _ = tokio::fs::remove_dir_all(destination).await;
         tokio::fs::rename(&staging, destination).await.map_err(|e| {
@@ -146,6 +144,28 @@ impl RemoteRoot {
         })?;
         Ok(())
     }
+}
+
+impl RemoteRoot {
+    /// Streams one object into a new file, chunk by chunk.
+    async fn download(&self, location: &Path, target: &LocalPath) -> Result<()> {
+        let failed = |e: &dyn std::fmt::Display| self.failed(&format!("download '{location}'"), e);
+        let write_failed = |e: std::io::Error| Error::internal(format!("failed to write '{}': {e}", target.display()));
+        let mut chunks = self.store.get(location).await.map_err(|e| failed(&e))?.into_stream();
+        let mut file = tokio::fs::File::create(target).await.map_err(write_failed)?;
+        while let Some(chunk) = chunks.try_next().await.map_err(|e| failed(&e))? {
+            file.write_all(&chunk).await.map_err(write_failed)?;
+        }
+        file.flush().await.map_err(write_failed)
+    }
+}
+
+/// The environment variables one store reads, as object_store options
+/// (lower-case keys), for variables named `<prefix>...` only.
+fn store_options(prefix: &str, vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    vars.map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .filter(|(k, _)| k.starts_with(prefix))
+        .collect()
 }
 
 async fn create_dir(path: &LocalPath) -> Result<()> {
@@ -192,6 +212,22 @@ mod tests {
         let err = root.fetch("missing").await.unwrap_err();
         assert!(err.message().contains("missing"), "{err}");
         std::fs::remove_dir_all(cache).unwrap();
+    }
+
+    #[test]
+    fn only_the_stores_own_variables_become_options() {
+        let vars = [
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ("ENDPOINT", "http://evil"),
+            ("TOKEN", "t"),
+            ("GOOGLE_SERVICE_ACCOUNT", "/sa.json"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let s3 = store_options("aws_", vars.clone().into_iter());
+        assert_eq!(s3, vec![("aws_endpoint_url".to_string(), "http://127.0.0.1:9000".to_string())]);
+        let gs = store_options("google_", vars.into_iter());
+        assert_eq!(gs, vec![("google_service_account".to_string(), "/sa.json".to_string())]);
     }
 
     #[test]
