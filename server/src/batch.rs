@@ -15,7 +15,7 @@ use crate::tensor::{Tensor, bytes_elements};
 
 /// What must agree for two requests to share a batch: each input's name,
 /// datatype and shape beyond the batch dimension, in config order.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct BatchKey(Vec<(String, DataType, Vec<i64>)>);
 
 impl BatchKey {

@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 
 use nereid_proto::inference::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy, model_queue_policy};
 use tokio::sync::mpsc;
-use tokio::sync::oneshot;
 
 use self::policy::{BatchPolicy, Decision};
 use self::queue::{Entry, LevelPolicy, Queue, TimeoutAction};
@@ -25,9 +24,8 @@ use crate::batch::BatchKey;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, Job};
 use crate::parameter::Parameters;
+use crate::scheduler::Pending;
 use crate::scheduler::ordering::Reorderer;
-use crate::scheduler::{Pending, Reply};
-use crate::tensor::Tensor;
 
 /// Requests in transit from handlers to the actor, beyond the per-level limits.
 const INTAKE: usize = 16_384;
@@ -136,23 +134,11 @@ fn queue_policy(policy: Option<&ModelQueuePolicy>) -> LevelPolicy {
     }
 }
 
-/// A request on its way to the actor.
-struct Incoming {
-    inputs: Vec<Tensor>,
-    batch_size: usize,
-    arrived: Instant,
-    key: BatchKey,
-    level: usize,
-    deadline: Option<Instant>,
-    /// The raw reply channel: the actor wraps it once it accepts the request.
-    reply: oneshot::Sender<Result<Vec<Tensor>>>,
-}
-
 /// The handle a model holds.
 pub struct DynamicBatchScheduler {
     model: String,
     config: BatcherConfig,
-    intake: mpsc::Sender<Incoming>,
+    intake: mpsc::Sender<Entry>,
 }
 
 impl DynamicBatchScheduler {
@@ -185,28 +171,19 @@ impl DynamicBatchScheduler {
         }))
     }
 
-    /// Checks the request's `priority` and `timeout` parameters and queues it.
-    pub fn enqueue(
-        &self,
-        inputs: Vec<Tensor>,
-        batch_size: usize,
-        parameters: &Parameters,
-        reply: oneshot::Sender<Result<Vec<Tensor>>>,
-        arrived: Instant,
-    ) -> Result<()> {
+    /// Checks the request's `priority` and `timeout` parameters and queues
+    /// it; `key` says which requests it may share a batch with.
+    pub fn enqueue(&self, pending: Pending, key: BatchKey, parameters: &Parameters) -> Result<()> {
         let level = self.level(parameters)?;
         let policy = &self.config.levels[level];
         let timeout = self.timeout(parameters, policy)?.or(policy.default_timeout);
-        let incoming = Incoming {
-            key: BatchKey::of(&inputs),
-            inputs,
-            batch_size,
-            arrived,
+        let entry = Entry {
+            deadline: timeout.map(|t| pending.arrived + t),
+            pending,
+            key,
             level,
-            deadline: timeout.map(|t| arrived + t),
-            reply,
         };
-        self.intake.try_send(incoming).map_err(|e| match e {
+        self.intake.try_send(entry).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => Error::unavailable("Exceeds maximum queue size"),
             mpsc::error::TrySendError::Closed(_) => Error::unavailable(format!("model '{}' is unloading", self.model)),
         })
@@ -276,7 +253,7 @@ struct Actor {
     reorderer: Option<Arc<Reorderer>>,
     pool: InstancePool,
     idle_instances: usize,
-    requests: mpsc::Receiver<Incoming>,
+    requests: mpsc::Receiver<Entry>,
     idle: mpsc::UnboundedReceiver<()>,
 }
 
@@ -320,7 +297,7 @@ impl Actor {
             };
             tokio::select! {
                 incoming = self.requests.recv() => match incoming {
-                    Some(incoming) => self.accept(incoming),
+                    Some(entry) => self.accept(entry),
                     None => break,
                 },
                 Some(()) = self.idle.recv() => self.idle_instances += 1,
@@ -335,31 +312,11 @@ impl Actor {
         }
     }
 
-    fn accept(&mut self, incoming: Incoming) {
-        let Incoming {
-            inputs,
-            batch_size,
-            arrived,
-            key,
-            level,
-            deadline,
-            reply,
-        } = incoming;
-        let reply = match &self.reorderer {
-            Some(reorderer) => Reply::ordered(reply, reorderer),
-            None => Reply::direct(reply),
-        };
-        let entry = Entry {
-            pending: Pending {
-                inputs,
-                batch_size,
-                reply,
-                arrived,
-            },
-            key,
-            level,
-            deadline,
-        };
+    fn accept(&mut self, mut entry: Entry) {
+        // Ordering starts when the request is accepted, not when it was sent.
+        if let Some(reorderer) = &self.reorderer {
+            entry.pending.reply = entry.pending.reply.in_order_of(reorderer);
+        }
         if let Err(rejected) = self.queue.push(entry) {
             rejected
                 .pending

@@ -20,6 +20,12 @@ pub enum ErrorKind {
     Internal,
     /// The resource being created already exists.
     AlreadyExists,
+    /// The server is at a limit it sheds load at (memory in flight,
+    /// connections): HTTP 503, gRPC RESOURCE_EXHAUSTED. Retrying later may work.
+    ResourceExhausted,
+    /// The API is restricted and the request lacks its header (HTTP 403,
+    /// gRPC PERMISSION_DENIED).
+    PermissionDenied,
 }
 
 impl ErrorKind {
@@ -32,6 +38,8 @@ impl ErrorKind {
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Internal => "internal",
             ErrorKind::AlreadyExists => "already_exists",
+            ErrorKind::ResourceExhausted => "resource_exhausted",
+            ErrorKind::PermissionDenied => "permission_denied",
         }
     }
 }
@@ -73,6 +81,10 @@ impl Error {
 
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
+    }
+
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::PermissionDenied, message)
     }
 
     pub fn kind(&self) -> ErrorKind {

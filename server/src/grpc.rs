@@ -1,14 +1,17 @@
 //! The gRPC front end: Triton's `inference.GRPCInferenceService` and
 //! `grpc.health.v1.Health`, on tonic.
 
+pub mod budget;
 pub mod convert;
+pub mod restricted;
 pub mod status;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use nereid_proto::health::v1::health_check_response::ServingStatus;
 use nereid_proto::health::v1::health_server::{Health, HealthServer};
 use nereid_proto::health::v1::{HealthCheckRequest, HealthCheckResponse};
@@ -17,22 +20,37 @@ use nereid_proto::inference::model_metadata_response::TensorMetadata;
 use nereid_proto::inference::model_repository_parameter::ParameterChoice as RepositoryParameter;
 use nereid_proto::inference::repository_index_response::ModelIndex;
 use nereid_proto::inference::*;
-use tokio::net::TcpListener;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
+use self::budget::{BudgetLayer, take_reservation};
+use self::restricted::RestrictLayer;
 use self::status::to_status;
 use crate::error::Error;
 use crate::in_flight::{InFlight, InFlightLayer};
+use crate::memory_budget::MemoryBudget;
 use crate::model_config::json as config_json;
+use crate::restricted_api::RestrictedApis;
 use crate::server::InferenceServer;
+use crate::transport::Acceptor;
 
 /// Settings of the gRPC front end.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct GrpcOptions {
     /// Largest message accepted or sent, in bytes.
     pub max_message_size: usize,
+    /// Streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// A PING after this much silence (`--grpc-keepalive-time`).
+    pub keepalive_time: Duration,
+    /// No answer to the PING within this closes (`--grpc-keepalive-timeout`).
+    pub keepalive_timeout: Duration,
+    /// A unary request message must arrive whole within this.
+    pub body_timeout: Duration,
+    /// The server-wide cap on request bytes held at once.
+    pub budget: Arc<MemoryBudget>,
+    /// `--grpc-restricted-protocol`.
+    pub restricted: Arc<RestrictedApis>,
 }
 
 pub struct InferenceService {
@@ -41,7 +59,7 @@ pub struct InferenceService {
 
 /// Serves until `shutdown` resolves, then lets in-flight calls finish.
 pub async fn serve(
-    listener: TcpListener,
+    acceptor: Acceptor,
     server: Arc<InferenceServer>,
     options: GrpcOptions,
     in_flight: Arc<InFlight>,
@@ -53,22 +71,31 @@ pub async fn serve(
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size);
     let health = HealthServer::new(HealthService { server });
+    // gRPC is HTTP/2 only: a connection that did not open with its preface
+    // is closed here. (The acceptor set TCP_NODELAY: Nagle's algorithm
+    // would hold small responses back by up to 40 ms.)
+    let incoming = acceptor
+        .into_stream()
+        .filter(|connection| futures::future::ready(connection.as_ref().is_ok_and(|c| c.http2)));
     tonic::transport::Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_keepalive_interval(Some(options.keepalive_time))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+        // Outermost: a request counts until its response is fully sent.
         .layer(InFlightLayer::new(in_flight))
+        // Refused calls cost nothing further: checked before the body is read.
+        .layer(RestrictLayer::new(options.restricted))
+        .layer(BudgetLayer::new(options.budget, options.body_timeout))
         .add_service(inference)
         .add_service(health)
-        // Nagle's algorithm would hold small responses back by up to 40 ms;
-        // tonic's own `tcp_nodelay` only applies to listeners it creates.
-        .serve_with_incoming_shutdown(TcpIncoming::from(listener).with_nodelay(Some(true)), shutdown)
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
 
 fn unimplemented<T>(what: &str) -> GrpcResult<T> {
-    Err(Status::unimplemented(format!(
-        "{what} is not supported by this server yet"
-    )))
+    Err(Status::unimplemented(format!("{what} is not supported by this server")))
 }
 
 #[tonic::async_trait]
@@ -124,7 +151,9 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
-        let request = convert::request(request.into_inner()).map_err(to_status)?;
+        let reservation = take_reservation(request.extensions());
+        let mut request = convert::request(request.into_inner()).map_err(to_status)?;
+        request.reservation = reservation;
         let response = self.server.infer(request).await.map_err(to_status)?;
         Ok(Response::new(convert::response(response)))
     }
@@ -137,13 +166,19 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
+        let account = request.extensions().get::<budget::BodyAccount>().cloned();
         let mut incoming = request.into_inner();
         let server = Arc::clone(&self.server);
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             while let Ok(Some(message)) = incoming.message().await {
+                // Each message takes the bytes that arrived before it.
+                let reservation = account.as_ref().map(budget::BodyAccount::take).unwrap_or_default();
                 let outcome = match convert::request(message) {
-                    Ok(request) => server.infer(request).await,
+                    Ok(mut request) => {
+                        request.reservation = reservation;
+                        server.infer(request).await
+                    }
                     Err(e) => Err(e),
                 };
                 let reply = match outcome {

@@ -3,38 +3,53 @@
 //! Thin by design: each handler decodes, calls [`InferenceServer`], encodes.
 //! Status codes come from [`error::status`], in one place.
 
+pub mod body;
 pub mod compression;
 pub mod error;
 pub mod infer_codec;
 pub mod json_tensor;
+pub mod request_json;
+pub mod serve;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
+use self::body::BodyLimits;
 use self::error::{HttpError, with_status};
 use crate::error::Error;
 use crate::in_flight::{InFlight, InFlightLayer};
+use crate::memory_budget::{MemoryBudget, Reservation};
 use crate::model_config::json as config_json;
+use crate::restricted_api::{ApiGroup, RestrictedApis};
 use crate::server::{InferenceServer, TensorMetadata, VersionStatistics, parse_version};
 use crate::statistics::StatDuration;
 
-/// Settings of the HTTP front end.
-#[derive(Debug, Clone, Copy)]
+pub use self::serve::{HttpServeOptions, serve};
+
+/// Bodies at least this large are decoded (and responses at least this
+/// large encoded) on the blocking pool, not on the I/O threads: parsing
+/// megabytes of JSON would stall every other connection on that thread.
+const OFFLOAD_BYTES: usize = 64 << 10;
+
+/// Settings of the HTTP front end's handlers.
+#[derive(Debug, Clone)]
 pub struct HttpOptions {
-    /// Largest request body accepted, before and after decompression.
-    pub max_input_size: usize,
+    /// Largest body and time to receive it.
+    pub body: BodyLimits,
+    /// The server-wide cap on request bytes held at once.
+    pub budget: Arc<MemoryBudget>,
+    /// `--http-restricted-api`.
+    pub restricted: Arc<RestrictedApis>,
 }
 
 #[derive(Clone)]
@@ -47,44 +62,87 @@ type HandlerResult = Result<Response, HttpError>;
 
 pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc<InFlight>) -> Router {
     let state = AppState { server, options };
+    // Each API group is its own router, so the restricted-API check (Triton's
+    // `--http-restricted-api`) is applied by group in exactly one place.
+    let group = |group: ApiGroup, routes: Router<AppState>| {
+        routes.route_layer(middleware::from_fn_with_state(
+            (Arc::clone(&state.options.restricted), group),
+            restrict,
+        ))
+    };
     Router::new()
-        .route("/v2", get(server_metadata))
-        .route("/v2/health/live", get(live))
-        .route("/v2/health/ready", get(ready))
-        .route("/v2/models/{model}", get(model_metadata))
-        .route("/v2/models/{model}/versions/{version}", get(model_metadata))
-        .route("/v2/models/{model}/ready", get(model_ready))
-        .route("/v2/models/{model}/versions/{version}/ready", get(model_ready))
-        .route("/v2/models/{model}/config", get(model_config))
-        .route("/v2/models/{model}/versions/{version}/config", get(model_config))
-        .route("/v2/models/stats", get(statistics))
-        .route("/v2/models/{model}/stats", get(statistics))
-        .route("/v2/models/{model}/versions/{version}/stats", get(statistics))
-        .route("/v2/models/{model}/infer", post(infer))
-        .route("/v2/models/{model}/versions/{version}/infer", post(infer))
-        .route("/v2/repository/index", post(repository_index))
-        .route("/v2/repository/models/{model}/load", post(load))
-        .route("/v2/repository/models/{model}/unload", post(unload))
+        .merge(group(
+            ApiGroup::Health,
+            Router::new()
+                .route("/v2/health/live", get(live))
+                .route("/v2/health/ready", get(ready)),
+        ))
+        .merge(group(
+            ApiGroup::Metadata,
+            Router::new()
+                .route("/v2", get(server_metadata))
+                .route("/v2/models/{model}", get(model_metadata))
+                .route("/v2/models/{model}/versions/{version}", get(model_metadata))
+                .route("/v2/models/{model}/ready", get(model_ready))
+                .route("/v2/models/{model}/versions/{version}/ready", get(model_ready)),
+        ))
+        .merge(group(
+            ApiGroup::ModelConfig,
+            Router::new()
+                .route("/v2/models/{model}/config", get(model_config))
+                .route("/v2/models/{model}/versions/{version}/config", get(model_config)),
+        ))
+        .merge(group(
+            ApiGroup::Statistics,
+            Router::new()
+                .route("/v2/models/stats", get(statistics))
+                .route("/v2/models/{model}/stats", get(statistics))
+                .route("/v2/models/{model}/versions/{version}/stats", get(statistics)),
+        ))
+        .merge(group(
+            ApiGroup::Inference,
+            Router::new()
+                .route("/v2/models/{model}/infer", post(infer))
+                .route("/v2/models/{model}/versions/{version}/infer", post(infer)),
+        ))
+        .merge(group(
+            ApiGroup::ModelRepository,
+            Router::new()
+                .route("/v2/repository/index", post(repository_index))
+                .route("/v2/repository/models/{model}/load", post(load))
+                .route("/v2/repository/models/{model}/unload", post(unload)),
+        ))
+        .merge(group(
+            ApiGroup::SharedMemory,
+            Router::new()
+                .route("/v2/systemsharedmemory/status", get(shared_memory))
+                .route("/v2/systemsharedmemory/region/{region}/status", get(shared_memory))
+                .route("/v2/systemsharedmemory/region/{region}/register", post(shared_memory))
+                .route("/v2/systemsharedmemory/unregister", post(shared_memory))
+                .route("/v2/systemsharedmemory/region/{region}/unregister", post(shared_memory))
+                .route("/v2/cudasharedmemory/status", get(shared_memory))
+                .route("/v2/cudasharedmemory/region/{region}/status", get(shared_memory))
+                .route("/v2/cudasharedmemory/region/{region}/register", post(shared_memory))
+                .route("/v2/cudasharedmemory/unregister", post(shared_memory))
+                .route("/v2/cudasharedmemory/region/{region}/unregister", post(shared_memory)),
+        ))
         .fallback(|| async { with_status(StatusCode::NOT_FOUND, "Not Found") })
-        // Bodies are limited here so that an oversized one is refused while
-        // it streams in, never buffered whole.
-        .layer(DefaultBodyLimit::max(options.max_input_size))
         // Outermost, so a request counts until its response is fully sent.
         .layer(InFlightLayer::new(in_flight))
         .with_state(state)
 }
 
-/// Serves until `shutdown` resolves, then lets in-flight requests finish.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    // Small responses must not wait for Nagle's algorithm.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+/// Refuses a request to a restricted group without its header.
+async fn restrict(
+    State((restricted, group)): State<(Arc<RestrictedApis>, ApiGroup)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    match restricted.check(group, |key| headers.get(key).map(HeaderValue::as_bytes)) {
+        Ok(()) => next.run(request).await,
+        Err(e) => HttpError(e).into_response(),
+    }
 }
 
 async fn live(State(s): State<AppState>) -> StatusCode {
@@ -188,17 +246,33 @@ async fn infer(
     State(s): State<AppState>,
     Path(p): Path<HashMap<String, String>>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> HandlerResult {
     let (model, version_text) = model_path(&p);
     let version = parse_version(version_text)?;
-    // As in Triton, an unknown model is reported before the body is decoded.
+    // As in Triton, an unknown model is reported before the body is read.
     s.server.model(model, version_text)?;
-    let body = read_body(body, &headers, s.options.max_input_size)?;
+    let mut reservation = s.options.budget.reservation();
+    let body = body::read(body, &headers, s.options.body, &mut reservation).await?;
     let header_length = header_length(&headers, body.len())?;
-    let decoded = infer_codec::decode(model, version, body, header_length)?;
-    let response = s.server.infer(decoded.request).await?;
-    let encoded = infer_codec::encode(&response, &decoded.binary_outputs);
+    let large = body.len() >= OFFLOAD_BYTES;
+    let model_name = model.to_string();
+    let decode = move || infer_codec::decode(&model_name, version, body, header_length, reservation);
+    let decoded = if large {
+        offload(decode).await?
+    } else {
+        decode()?
+    };
+    let binary_outputs = decoded.binary_outputs;
+    let mut response = s.server.infer(decoded.request).await?;
+    let mut reservation = std::mem::take(&mut response.reservation);
+    let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
+    let encode = move || infer_codec::encode(&response, &binary_outputs);
+    let encoded = if output_bytes >= OFFLOAD_BYTES {
+        offload(move || Ok(encode())).await?
+    } else {
+        encode()
+    };
 
     let mut reply = HeaderMap::new();
     let content_type = if encoded.header_length.is_some() {
@@ -218,33 +292,50 @@ async fn infer(
         }
         None => encoded.body,
     };
-    Ok((reply, body).into_response())
+    // The answer is held until it is sent: it counts like the request did.
+    reservation.grow(body.len()).map_err(Error::from)?;
+    Ok((reply, Body::new(ReservedBody::new(body, reservation))).into_response())
 }
 
-/// The request body, inflated if it was compressed, within the size limit.
-fn read_body(body: Result<Bytes, BytesRejection>, headers: &HeaderMap, limit: usize) -> Result<Bytes, HttpError> {
-    let body = body.map_err(|rejection| {
-        let status = rejection.status();
-        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            format!(
-                "request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
-            )
-        } else {
-            format!("failed to read the request body: {rejection}")
-        };
-        HttpError(Error::new(
-            if status == StatusCode::PAYLOAD_TOO_LARGE {
-                crate::error::ErrorKind::InvalidArgument
-            } else {
-                crate::error::ErrorKind::Internal
-            },
-            message,
-        ))
-    })?;
-    let encoding = headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok());
-    match compression::content_encoding(encoding)? {
-        Some(encoding) => Ok(compression::decompress(encoding, &body, limit)?),
-        None => Ok(body),
+/// Runs CPU-heavy codec work on the blocking pool.
+async fn offload<T: Send + 'static>(work: impl FnOnce() -> Result<T, Error> + Send + 'static) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(format!("decoding failed: {e}"))))
+}
+
+/// A response body that keeps its request's memory reservation until sent.
+struct ReservedBody {
+    data: Option<Bytes>,
+    _reservation: Reservation,
+}
+
+impl ReservedBody {
+    fn new(data: Bytes, reservation: Reservation) -> Self {
+        ReservedBody {
+            data: Some(data),
+            _reservation: reservation,
+        }
+    }
+}
+
+impl http_body::Body for ReservedBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.get_mut().data.take().map(|d| Ok(http_body::Frame::data(d))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
     }
 }
 
@@ -265,19 +356,22 @@ fn header_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, 
     Ok(Some(n as usize))
 }
 
-async fn repository_index(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> HandlerResult {
-    let body = body.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
-    let ready_only = if body.iter().all(u8::is_ascii_whitespace) {
-        false
-    } else {
-        let value: Value = serde_json::from_slice(&body)
-            .map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))?;
-        match value.get("ready") {
-            None => false,
-            Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(Error::invalid("Invalid value for 'ready': expected a boolean").into());
-            }
+/// A small control-API body (index, load, unload) as JSON; empty is `{}`.
+async fn control_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, Error> {
+    let mut reservation = s.options.budget.reservation();
+    let body = body::read(body, headers, s.options.body, &mut reservation).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Default::default()));
+    }
+    serde_json::from_slice(&body).map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))
+}
+
+async fn repository_index(State(s): State<AppState>, headers: HeaderMap, body: Body) -> HandlerResult {
+    let ready_only = match control_body(&s, &headers, body).await?.get("ready") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(Error::invalid("Invalid value for 'ready': expected a boolean").into());
         }
     };
     let rows: Vec<Value> = s
@@ -304,16 +398,10 @@ async fn repository_index(State(s): State<AppState>, body: Result<Bytes, BytesRe
 }
 
 /// The `parameters` object of a load or unload body, if any.
-fn body_parameters(body: Result<Bytes, BytesRejection>) -> Result<serde_json::Map<String, Value>, Error> {
-    let body = body.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Default::default());
-    }
-    let value: Value = serde_json::from_slice(&body)
-        .map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))?;
-    match value.get("parameters") {
+async fn body_parameters(s: &AppState, headers: &HeaderMap, body: Body) -> Result<serde_json::Map<String, Value>, Error> {
+    match control_body(s, headers, body).await?.get_mut("parameters").map(Value::take) {
         None => Ok(Default::default()),
-        Some(Value::Object(map)) => Ok(map.clone()),
+        Some(Value::Object(map)) => Ok(map),
         Some(_) => Err(Error::invalid("'parameters' must be a JSON object")),
     }
 }
@@ -321,10 +409,11 @@ fn body_parameters(body: Result<Bytes, BytesRejection>) -> Result<serde_json::Ma
 async fn load(
     State(s): State<AppState>,
     Path(model): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> HandlerResult {
     let mut config = None;
-    for (key, value) in body_parameters(body)? {
+    for (key, value) in body_parameters(&s, &headers, body).await? {
         match (key.as_str(), value) {
             ("config", Value::String(text)) => {
                 let parsed = config_json::from_json(&text)
@@ -351,13 +440,20 @@ async fn load(
 async fn unload(
     State(s): State<AppState>,
     Path(model): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    headers: HeaderMap,
+    body: Body,
 ) -> HandlerResult {
-    for (key, value) in body_parameters(body)? {
+    for (key, value) in body_parameters(&s, &headers, body).await? {
         if key != "unload_dependents" || !value.is_boolean() {
             return Err(Error::invalid(format!("Unrecognized unload parameter '{key}' with value {value}")).into());
         }
     }
     s.server.unload_model(&model).await?;
     Ok(StatusCode::OK.into_response())
+}
+
+/// The shared-memory extension's routes: Triton's error shape, plainly
+/// saying the extension is not there (rather than a bare 404).
+async fn shared_memory() -> HandlerResult {
+    Err(Error::unsupported("shared memory (system and CUDA) is not supported by this server").into())
 }

@@ -143,24 +143,32 @@ fn worker(
 }
 
 fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
-    // A client that went away gets no compute.
-    let requests: Vec<Pending> = job.requests.into_iter().filter(|p| !p.reply.is_closed()).collect();
-    if requests.is_empty() {
+    let started = Instant::now();
+    // A request whose caller went away gets no compute: its inputs are
+    // already gone from its payload.
+    let mut replies = Vec::with_capacity(job.requests.len());
+    let mut inputs = Vec::with_capacity(job.requests.len());
+    let mut sizes = Vec::with_capacity(job.requests.len());
+    for pending in job.requests {
+        let Some(tensors) = pending.payload.take() else {
+            continue;
+        };
+        if pending.reply.is_closed() {
+            continue;
+        }
+        source.statistics.record_queue(started.saturating_duration_since(pending.arrived));
+        sizes.push(pending.batch_size);
+        replies.push(pending.reply);
+        inputs.push(tensors);
+    }
+    if replies.is_empty() {
         return;
     }
-    let started = Instant::now();
-    let sizes: Vec<usize> = requests.iter().map(|p| p.batch_size).collect();
-    let mut replies = Vec::with_capacity(requests.len());
-    let mut inputs = Vec::with_capacity(requests.len());
-    for pending in requests {
-        source.statistics.record_queue(started - pending.arrived);
-        replies.push(pending.reply);
-        inputs.push(pending.inputs);
-    }
-    let batch_inputs = batch::assemble(inputs, &sizes);
-    let executed = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute(batch_inputs)))
-        .unwrap_or_else(|_| Err(Error::internal("the model instance panicked while executing")));
-    let outcome = executed.and_then(|execution| {
+    // Nothing below may take the thread down: a panic anywhere (backend,
+    // batch assembly, statistics, splitting) fails this batch and only it.
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let batch_inputs = batch::assemble(inputs, &sizes);
+        let execution = instance.execute(batch_inputs)?;
         let total: usize = sizes.iter().sum();
         source
             .statistics
@@ -168,11 +176,13 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
         if replies.len() == 1 {
             Ok(vec![execution.outputs])
         } else {
-            // A panic here must not take the instance thread (and every
-            // request queued behind it) down.
-            std::panic::catch_unwind(AssertUnwindSafe(|| batch::split(execution.outputs, &sizes)))
-                .unwrap_or_else(|_| Err(Error::internal("splitting the batch outputs panicked")))
+            batch::split(execution.outputs, &sizes)
         }
+    }))
+    .unwrap_or_else(|panic| {
+        let what = panic_message(panic.as_ref());
+        tracing::error!(model = %source.model, version = source.version, panic = %what, "a batch panicked; its requests fail, the instance goes on");
+        Err(Error::internal(format!("the model instance panicked while executing: {what}")))
     });
     match outcome {
         Ok(per_request) => {
@@ -186,6 +196,15 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
             }
         }
     }
+}
+
+/// The text of a panic payload, when it has one.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-text panic".to_string())
 }
 
 #[cfg(test)]
@@ -203,7 +222,7 @@ mod tests {
         let (tx, rx) = oneshot::channel();
         let data = Bytes::copy_from_slice(&value.to_le_bytes());
         let pending = Pending {
-            inputs: vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)],
+            payload: crate::scheduler::Payload::new(vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)]),
             batch_size: 1,
             reply: Reply::direct(tx),
             arrived: Instant::now(),

@@ -8,7 +8,9 @@
 //! A request flows top to bottom:
 //!
 //! ```text
+//! transport                       accept loop, connection cap, TLS, handshake deadline
 //! http, grpc                      front ends: decode, call InferenceServer, encode
+//! restricted_api                  Triton's restricted API groups, for both front ends
 //! server                          the transport-free API both front ends call
 //! model_repository_manager        which model versions are loaded, the repository API
 //!   model_lifecycle               folder -> completed config -> loaded versions
@@ -28,6 +30,7 @@
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
 //! in_flight                       counts requests so shutdown drains exactly them
+//! memory_budget                   the global cap on request bytes held at once
 //! ```
 //!
 //! `main.rs` wires it: flags into options, the front ends onto their
@@ -41,6 +44,7 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod in_flight;
+pub mod memory_budget;
 pub mod instance_pool;
 pub mod model;
 pub mod model_config;
@@ -50,7 +54,9 @@ pub mod parameter;
 pub mod repository;
 pub mod request;
 pub mod response;
+pub mod restricted_api;
 pub mod scheduler;
 pub mod server;
 pub mod statistics;
 pub mod tensor;
+pub mod transport;

@@ -5,16 +5,23 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use anyhow::{Context, Result};
 use clap::Parser;
 use nereid_server::backend::onnx;
 use nereid_server::grpc::{self, GrpcOptions};
-use nereid_server::http::{self, HttpOptions};
+use nereid_server::http::body::BodyLimits;
+use nereid_server::http::{self, HttpOptions, HttpServeOptions};
 use nereid_server::in_flight::InFlight;
+use nereid_server::memory_budget::MemoryBudget;
 use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::{ControlMode, ModelRepositoryManager};
-use nereid_server::repository::{Repository, Root};
+use nereid_server::repository::{Repository, Root, cache_dir};
+use nereid_server::restricted_api::{RestrictedApis, RestrictionFlag};
 use nereid_server::server::InferenceServer;
+use nereid_server::transport::tls::ReloadingTls;
+use nereid_server::transport::{Acceptor, ConnectionLimits, TlsSettings};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -35,7 +42,8 @@ struct Args {
     model_repositories: Vec<String>,
 
     /// Where models from object storage are copied before they load
-    /// (default: a folder under the system's temporary directory).
+    /// (default: a new private folder, mode 0700, under the system's
+    /// temporary directory).
     #[arg(long, env = "NEREID_MODEL_CACHE_DIR")]
     model_cache_dir: Option<PathBuf>,
 
@@ -77,6 +85,17 @@ struct Args {
     #[arg(long, default_value_t = 30)]
     exit_timeout_secs: u64,
 
+    /// The most bytes of request data held at once, over all requests and
+    /// both protocols (bodies as they arrive, decoded and decompressed
+    /// copies, encoded answers); beyond it requests are refused with 503 /
+    /// RESOURCE_EXHAUSTED. 0 means no limit.
+    #[arg(long, env = "NEREID_MAX_IN_FLIGHT_BYTES", default_value_t = 1 << 30)]
+    max_in_flight_bytes: usize,
+
+    /// Seconds a new connection has for its TLS handshake and first bytes.
+    #[arg(long, default_value_t = 10)]
+    handshake_timeout_secs: u64,
+
     /// The ONNX Runtime shared library (libonnxruntime.so.1.3x).
     #[arg(long, env = "ORT_DYLIB_PATH")]
     onnxruntime_library: Option<PathBuf>,
@@ -93,6 +112,40 @@ struct HttpArgs {
     /// Largest request body, before and after decompression.
     #[arg(long, default_value_t = 128 << 20)]
     http_max_input_size: usize,
+    /// Connections open at once; more are closed at once.
+    #[arg(long, default_value_t = 4096)]
+    http_max_connections: usize,
+    /// Seconds for a request's headers to arrive (also the idle time after
+    /// which a keep-alive connection is closed).
+    #[arg(long, default_value_t = 30)]
+    http_header_read_timeout_secs: u64,
+    /// Seconds for a request's body to arrive, once its headers have.
+    #[arg(long, default_value_t = 60)]
+    http_body_timeout_secs: u64,
+    /// `<api>,<api>,...:<key>=<value>`: requests to these API groups need
+    /// header <key> with <value> (groups: health, metadata, inference,
+    /// shared-memory, model-config, model-repository, statistics, trace,
+    /// logging); may repeat, one group per flag.
+    #[arg(long = "http-restricted-api")]
+    http_restricted_api: Vec<RestrictionFlag>,
+    #[command(flatten)]
+    tls: HttpTlsArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct HttpTlsArgs {
+    /// Serve HTTPS (needs --http-server-cert and --http-server-key).
+    #[arg(long)]
+    http_use_ssl: bool,
+    /// Require client certificates signed by --http-root-cert.
+    #[arg(long)]
+    http_use_ssl_mutual: bool,
+    #[arg(long)]
+    http_server_cert: Option<PathBuf>,
+    #[arg(long)]
+    http_server_key: Option<PathBuf>,
+    #[arg(long)]
+    http_root_cert: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -106,6 +159,76 @@ struct GrpcArgs {
     /// Largest gRPC message received or sent.
     #[arg(long, default_value_t = 128 << 20)]
     grpc_max_message_size: usize,
+    /// Connections open at once; more are closed at once.
+    #[arg(long, default_value_t = 4096)]
+    grpc_max_connections: usize,
+    /// Calls one connection may have open at once (HTTP/2 streams).
+    #[arg(long, default_value_t = 1024)]
+    grpc_max_concurrent_streams: u32,
+    /// Milliseconds of silence before the server pings a connection.
+    #[arg(long, default_value_t = 7_200_000)]
+    grpc_keepalive_time: u64,
+    /// Milliseconds to wait for the ping's answer before closing.
+    #[arg(long, default_value_t = 20_000)]
+    grpc_keepalive_timeout: u64,
+    /// Seconds for a unary call's request message to arrive.
+    #[arg(long, default_value_t = 60)]
+    grpc_body_timeout_secs: u64,
+    /// `<protocol>,<protocol>,...:<key>=<value>`: calls of these groups need
+    /// metadata <key> with <value> (groups as for --http-restricted-api).
+    #[arg(long = "grpc-restricted-protocol")]
+    grpc_restricted_protocol: Vec<RestrictionFlag>,
+    #[command(flatten)]
+    tls: GrpcTlsArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct GrpcTlsArgs {
+    /// Serve gRPC over TLS (needs --grpc-server-cert and --grpc-server-key).
+    #[arg(long)]
+    grpc_use_ssl: bool,
+    /// Require client certificates signed by --grpc-root-cert.
+    #[arg(long)]
+    grpc_use_ssl_mutual: bool,
+    #[arg(long)]
+    grpc_server_cert: Option<PathBuf>,
+    #[arg(long)]
+    grpc_server_key: Option<PathBuf>,
+    #[arg(long)]
+    grpc_root_cert: Option<PathBuf>,
+}
+
+/// The TLS settings of one front end from its flags; `None` when off.
+fn tls_settings(
+    port: &str,
+    use_ssl: bool,
+    mutual: bool,
+    cert: &Option<PathBuf>,
+    key: &Option<PathBuf>,
+    root: &Option<PathBuf>,
+) -> Result<Option<TlsSettings>> {
+    if !use_ssl && !mutual {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (cert, key) else {
+        anyhow::bail!("--{port}-use-ssl needs --{port}-server-cert and --{port}-server-key");
+    };
+    if mutual && root.is_none() {
+        anyhow::bail!("--{port}-use-ssl-mutual needs --{port}-root-cert");
+    }
+    Ok(Some(TlsSettings {
+        cert: cert.clone(),
+        key: key.clone(),
+        root: root.clone(),
+        mutual,
+    }))
+}
+
+fn tls(port: &str, settings: Option<TlsSettings>, alpn: &[&[u8]]) -> Result<Option<Arc<ReloadingTls>>> {
+    settings
+        .map(|s| ReloadingTls::new(s, alpn).map(Arc::new))
+        .transpose()
+        .map_err(|reason| anyhow::anyhow!("{port} TLS: {reason}"))
 }
 
 fn main() -> Result<()> {
@@ -128,10 +251,10 @@ async fn run(args: Args) -> Result<()> {
         tracing::warn!(%reason, "ONNX Runtime is unavailable; ONNX models will not load");
     }
 
-    let cache = args
-        .model_cache_dir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("nereid-model-cache-{}", std::process::id())));
+    let cache = match &args.model_cache_dir {
+        Some(dir) => dir.clone(),
+        None => cache_dir::private_temp().context("failed to create the model cache folder")?,
+    };
     let roots = args
         .model_repositories
         .iter()
@@ -147,6 +270,23 @@ async fn run(args: Args) -> Result<()> {
         },
     );
     let server = InferenceServer::new(args.server_name.clone(), manager);
+
+    let http_restricted = Arc::new(RestrictedApis::new(&args.http.http_restricted_api).map_err(anyhow::Error::msg)?);
+    let grpc_restricted = Arc::new(RestrictedApis::new(&args.grpc.grpc_restricted_protocol).map_err(anyhow::Error::msg)?);
+    let t = &args.http.tls;
+    let http_tls = tls(
+        "HTTP",
+        tls_settings("http", t.http_use_ssl, t.http_use_ssl_mutual, &t.http_server_cert, &t.http_server_key, &t.http_root_cert)?,
+        &[b"h2", b"http/1.1"],
+    )?;
+    let t = &args.grpc.tls;
+    let grpc_tls = tls(
+        "gRPC",
+        tls_settings("grpc", t.grpc_use_ssl, t.grpc_use_ssl_mutual, &t.grpc_server_cert, &t.grpc_server_key, &t.grpc_root_cert)?,
+        &[b"h2"],
+    )?;
+    let budget = MemoryBudget::new(args.max_in_flight_bytes);
+    let handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
 
     let http_addr = listen_address(&args.http.http_address, args.http.http_port)?;
     let grpc_addr = listen_address(&args.grpc.grpc_address, args.grpc.grpc_port)?;
@@ -172,11 +312,26 @@ async fn run(args: Args) -> Result<()> {
     let shutdown = CancellationToken::new();
     let in_flight = InFlight::new();
     let grpc_local = grpc_listener.local_addr()?;
-    let grpc_task = tokio::spawn(grpc::serve(
+    let grpc_acceptor = Acceptor::new(
+        "grpc",
         grpc_listener,
+        ConnectionLimits {
+            max_connections: args.grpc.grpc_max_connections,
+            handshake_timeout,
+        },
+        grpc_tls,
+    );
+    let grpc_task = tokio::spawn(grpc::serve(
+        grpc_acceptor,
         server.clone(),
         GrpcOptions {
             max_message_size: args.grpc.grpc_max_message_size,
+            max_concurrent_streams: args.grpc.grpc_max_concurrent_streams,
+            keepalive_time: Duration::from_millis(args.grpc.grpc_keepalive_time),
+            keepalive_timeout: Duration::from_millis(args.grpc.grpc_keepalive_timeout),
+            body_timeout: Duration::from_secs(args.grpc.grpc_body_timeout_secs),
+            budget: Arc::clone(&budget),
+            restricted: grpc_restricted,
         },
         in_flight.clone(),
         shutdown.clone().cancelled_owned(),
@@ -185,12 +340,35 @@ async fn run(args: Args) -> Result<()> {
     let router = http::router(
         server.clone(),
         HttpOptions {
-            max_input_size: args.http.http_max_input_size,
+            body: BodyLimits {
+                max_size: args.http.http_max_input_size,
+                timeout: Duration::from_secs(args.http.http_body_timeout_secs),
+            },
+            budget,
+            restricted: http_restricted,
         },
         in_flight.clone(),
     );
     let http_local = http_listener.local_addr()?;
-    let http_task = tokio::spawn(http::serve(http_listener, router, shutdown.clone().cancelled_owned()));
+    let http_acceptor = Acceptor::new(
+        "http",
+        http_listener,
+        ConnectionLimits {
+            max_connections: args.http.http_max_connections,
+            handshake_timeout,
+        },
+        http_tls,
+    );
+    let http_task = tokio::spawn(http::serve(
+        http_acceptor,
+        router,
+        HttpServeOptions {
+            header_read_timeout: Duration::from_secs(args.http.http_header_read_timeout_secs),
+            max_concurrent_streams: args.grpc.grpc_max_concurrent_streams,
+            keepalive: Duration::from_millis(args.grpc.grpc_keepalive_time),
+        },
+        shutdown.clone().cancelled_owned(),
+    ));
     server.set_ready(true);
     tracing::info!("Started HTTPService at {http_local}");
 

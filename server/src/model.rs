@@ -120,10 +120,13 @@ impl Model {
         outcome
     }
 
-    async fn run(&self, request: InferRequest) -> Result<InferResponse> {
-        let id = request.id.clone();
-        let parameters = request.parameters.clone();
-        let normalized = normalize::normalize(&self.config, &self.name, request)?;
+    async fn run(&self, mut request: InferRequest) -> Result<InferResponse> {
+        let id = std::mem::take(&mut request.id);
+        let parameters = std::mem::take(&mut request.parameters);
+        // Held by this future: if the caller goes away, it is given back
+        // together with the inputs the scheduler drops.
+        let reservation = std::mem::take(&mut request.reservation);
+        let normalized = normalize::normalize(&self.config, &self.name, &id, request)?;
         let produced = self
             .scheduler
             .schedule(normalized.inputs, normalized.batch_size, &parameters)
@@ -151,6 +154,7 @@ impl Model {
             id,
             outputs,
             parameters: Default::default(),
+            reservation,
         })
     }
 

@@ -7,9 +7,10 @@
 //! stop once the last of them is done.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use nereid_proto::inference::ModelConfig;
+use parking_lot::RwLock;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::Model;
@@ -168,7 +169,7 @@ impl ModelRepositoryManager {
         };
         let mut failures = String::new();
         let mut entry = ModelEntry::default();
-        let mut models = self.models.write().expect("model table lock is never poisoned");
+        let mut models = self.models.write();
         let previous = models.remove(name).unwrap_or_default();
         for (version, result) in loaded {
             let version_entry = match result {
@@ -205,7 +206,7 @@ impl ModelRepositoryManager {
     pub async fn unload(&self, name: &str) -> Result<()> {
         self.check_explicit()?;
         let _guard = self.changes.lock().await;
-        let mut models = self.models.write().expect("model table lock is never poisoned");
+        let mut models = self.models.write();
         if let Some(entry) = models.get_mut(name) {
             for version in entry.versions.values_mut() {
                 // Dropping the Arc stops the instances once in-flight requests finish.
@@ -222,13 +223,13 @@ impl ModelRepositoryManager {
 
     /// Unloads everything (used at shutdown, after the front ends stopped).
     pub fn unload_all(&self) {
-        let mut models = self.models.write().expect("model table lock is never poisoned");
+        let mut models = self.models.write();
         models.clear();
     }
 
     /// A ready model version; `None` picks the highest ready version.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
-        let models = self.models.read().expect("model table lock is never poisoned");
+        let models = self.models.read();
         let unknown = || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
         let entry = models.get(name).ok_or_else(unknown)?;
         match version {
@@ -259,7 +260,7 @@ impl ModelRepositoryManager {
 
     /// Every ready model version, by name then version.
     pub fn ready_models(&self) -> Vec<Arc<Model>> {
-        let models = self.models.read().expect("model table lock is never poisoned");
+        let models = self.models.read();
         models
             .values()
             .flat_map(|entry| entry.versions.values().filter_map(|v| v.model.clone()))
@@ -268,7 +269,7 @@ impl ModelRepositoryManager {
 
     /// The ready versions of a model, ascending.
     pub fn ready_versions(&self, name: &str) -> Vec<i64> {
-        let models = self.models.read().expect("model table lock is never poisoned");
+        let models = self.models.read();
         models.get(name).map_or_else(Vec::new, |entry| {
             entry
                 .versions
@@ -282,7 +283,7 @@ impl ModelRepositoryManager {
     /// Every model in the repositories and every model known to the manager.
     pub async fn index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
         let mut names: Vec<String> = self.repository.scan().await?.into_keys().collect();
-        let models = self.models.read().expect("model table lock is never poisoned");
+        let models = self.models.read();
         names.extend(models.keys().cloned());
         names.sort();
         names.dedup();
@@ -336,7 +337,7 @@ impl ModelRepositoryManager {
     }
 
     fn set_whole(&self, name: &str, state: ModelState, reason: &str) {
-        let mut models = self.models.write().expect("model table lock is never poisoned");
+        let mut models = self.models.write();
         let entry = models.entry(name.to_string()).or_default();
         entry.versions.clear();
         entry.whole = Some((state, reason.to_string()));

@@ -1,5 +1,6 @@
 //! The protocol-free inference request every front end produces.
 
+use crate::memory_budget::Reservation;
 use crate::parameter::Parameters;
 use crate::tensor::Tensor;
 
@@ -8,7 +9,7 @@ use crate::tensor::Tensor;
 /// Inputs carry their data as received (zero-copy slices of the HTTP body or
 /// of the gRPC message); nothing here knows whether they came as JSON, binary
 /// or protobuf.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct InferRequest {
     pub model_name: String,
     /// `None` lets the version policy pick (the highest ready version).
@@ -18,6 +19,9 @@ pub struct InferRequest {
     /// Empty means "every output of the model".
     pub outputs: Vec<RequestedOutput>,
     pub parameters: Parameters,
+    /// The request data's share of the server's memory budget: held until
+    /// the inputs are dropped (answered, failed or cancelled).
+    pub reservation: Reservation,
 }
 
 /// An output the client asked for.

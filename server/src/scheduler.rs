@@ -6,12 +6,14 @@
 //! [`InstancePool`](crate::instance_pool::InstancePool).
 
 pub mod ordering;
+pub mod payload;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::batch::BatchKey;
 use crate::dynamic_batch_scheduler::DynamicBatchScheduler;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, Job};
@@ -19,15 +21,19 @@ use crate::parameter::Parameters;
 use crate::tensor::Tensor;
 
 pub use ordering::Reply;
+pub use payload::{CancelOnDrop, Payload};
 
-/// A checked request on its way to an instance.
+/// A checked request on its way to an instance: the one message every
+/// scheduler queues and every instance runs.
 #[derive(Debug)]
 pub struct Pending {
-    /// In config order and in the shapes the model expects.
-    pub inputs: Vec<Tensor>,
+    /// The inputs, in config order and in the shapes the model expects;
+    /// taken by the instance, or dropped by the caller on cancellation.
+    pub payload: Arc<Payload>,
     /// Rows along the batch dimension (1 for models that do not batch).
     pub batch_size: usize,
     pub reply: Reply,
+    /// When the request reached its scheduler (queue time starts here).
     pub arrived: Instant,
 }
 
@@ -37,26 +43,32 @@ pub enum Scheduler {
 }
 
 impl Scheduler {
-    /// Runs a request and returns its own outputs (every output the model produces).
+    /// Runs a request and returns its own outputs (every output the model
+    /// produces). Dropping the returned future cancels the request and
+    /// drops its inputs at once, wherever it is queued.
     pub async fn schedule(
         &self,
         inputs: Vec<Tensor>,
         batch_size: usize,
         parameters: &Parameters,
     ) -> Result<Vec<Tensor>> {
+        // The batch key is read before the inputs move into the payload.
+        let key = match self {
+            Scheduler::Dynamic(_) => Some(BatchKey::of(&inputs)),
+            Scheduler::Default(_) => None,
+        };
         let (tx, rx) = oneshot::channel();
-        let arrived = Instant::now();
+        let payload = Payload::new(inputs);
+        let _cancel = CancelOnDrop(Arc::clone(&payload));
+        let pending = Pending {
+            payload,
+            batch_size,
+            reply: Reply::direct(tx),
+            arrived: Instant::now(),
+        };
         match self {
-            Scheduler::Default(pool) => {
-                let pending = Pending {
-                    inputs,
-                    batch_size,
-                    reply: Reply::direct(tx),
-                    arrived,
-                };
-                pool.try_submit(Job::single(pending))?;
-            }
-            Scheduler::Dynamic(batcher) => batcher.enqueue(inputs, batch_size, parameters, tx, arrived)?,
+            Scheduler::Default(pool) => pool.try_submit(Job::single(pending))?,
+            Scheduler::Dynamic(batcher) => batcher.enqueue(pending, key.unwrap_or_default(), parameters)?,
         }
         rx.await
             .unwrap_or_else(|_| Err(Error::internal("the model instance stopped before answering")))

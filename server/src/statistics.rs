@@ -1,14 +1,16 @@
 //! Triton's statistics extension: per model version counters and durations.
 //!
 //! Updated once per execution and once per request, under a mutex that is
-//! held for a few additions; read by `/v2/models/.../stats` and gRPC
+//! held for a few additions (saturating: no count or duration can overflow,
+//! so recording never panics on an instance thread); read by `/v2/models/.../stats` and gRPC
 //! `ModelStatistics`. The meaning of each number is Triton's: `inference_count`
 //! counts inferences (a request of batch 4 is 4), `execution_count` counts
 //! model executions, so their ratio shows how well batching works.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
 
 /// A count and the total time it took, in nanoseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -19,8 +21,12 @@ pub struct StatDuration {
 
 impl StatDuration {
     fn add(&mut self, count: u64, d: Duration) {
-        self.count += count;
-        self.ns += u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.add_ns(count, nanos(d));
+    }
+
+    fn add_ns(&mut self, count: u64, ns: u64) {
+        self.count = self.count.saturating_add(count);
+        self.ns = self.ns.saturating_add(ns);
     }
 }
 
@@ -70,22 +76,20 @@ pub struct ModelStatistics {
 
 impl ModelStatistics {
     fn with<R>(&self, f: impl FnOnce(&mut StatsSnapshot) -> R) -> R {
-        // A poisoned lock only means a panic elsewhere mid-update; the
-        // counters are still usable.
-        let mut guard = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut guard)
+        f(&mut self.inner.lock())
     }
 
     /// One model execution of `batch_size` inferences made of `requests` requests.
     pub fn record_execution(&self, batch_size: u64, requests: u64, timing: ComputeTiming) {
         self.with(|s| {
-            s.inference_count += batch_size;
-            s.execution_count += 1;
+            s.inference_count = s.inference_count.saturating_add(batch_size);
+            s.execution_count = s.execution_count.saturating_add(1);
             s.last_inference = now_ms();
+            // Every request of the batch spent the whole execution.
             let stats = &mut s.inference_stats;
-            stats.compute_input.add(requests, timing.input * requests as u32);
-            stats.compute_infer.add(requests, timing.infer * requests as u32);
-            stats.compute_output.add(requests, timing.output * requests as u32);
+            stats.compute_input.add_ns(requests, nanos(timing.input).saturating_mul(requests));
+            stats.compute_infer.add_ns(requests, nanos(timing.infer).saturating_mul(requests));
+            stats.compute_output.add_ns(requests, nanos(timing.output).saturating_mul(requests));
             let batch = s.batch_stats.entry(batch_size).or_default();
             batch.compute_input.add(1, timing.input);
             batch.compute_infer.add(1, timing.infer);
@@ -112,6 +116,10 @@ impl ModelStatistics {
     pub fn snapshot(&self) -> StatsSnapshot {
         self.with(|s| s.clone())
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn now_ms() -> u64 {
@@ -146,5 +154,23 @@ mod tests {
         assert_eq!(s.inference_stats.fail, StatDuration { count: 1, ns: 7_000 });
         assert_eq!(s.batch_stats[&4].compute_infer, StatDuration { count: 1, ns: 10_000 });
         assert_eq!(s.batch_stats[&1].compute_input.count, 1);
+    }
+
+    #[test]
+    fn huge_values_saturate_instead_of_panicking() {
+        let stats = ModelStatistics::default();
+        let huge = ComputeTiming {
+            input: Duration::MAX,
+            infer: Duration::from_secs(u64::MAX / 2),
+            output: Duration::ZERO,
+        };
+        stats.record_execution(u64::MAX, u64::MAX, huge);
+        stats.record_execution(u64::MAX, u64::MAX, huge);
+        stats.record_request(true, Duration::MAX);
+        stats.record_request(true, Duration::MAX);
+        let s = stats.snapshot();
+        assert_eq!(s.inference_count, u64::MAX);
+        assert_eq!(s.inference_stats.compute_input, StatDuration { count: u64::MAX, ns: u64::MAX });
+        assert_eq!(s.inference_stats.success.ns, u64::MAX);
     }
 }

@@ -164,7 +164,7 @@ mod tests {
         let (tx, _rx) = tokio::sync::oneshot::channel();
         Entry {
             pending: Pending {
-                inputs: Vec::new(),
+                payload: crate::scheduler::Payload::new(Vec::new()),
                 batch_size: tag,
                 reply: Reply::direct(tx),
                 arrived: Instant::now(),

@@ -12,6 +12,8 @@ pub fn code(kind: ErrorKind) -> Code {
         ErrorKind::Unsupported => Code::Unimplemented,
         ErrorKind::Internal => Code::Internal,
         ErrorKind::AlreadyExists => Code::AlreadyExists,
+        ErrorKind::ResourceExhausted => Code::ResourceExhausted,
+        ErrorKind::PermissionDenied => Code::PermissionDenied,
     }
 }
 

@@ -9,6 +9,7 @@ use flate2::read::{GzDecoder, ZlibDecoder};
 use flate2::write::{GzEncoder, ZlibEncoder};
 
 use crate::error::{Error, Result};
+use crate::memory_budget::Reservation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {
@@ -56,25 +57,40 @@ pub fn accepted(header: Option<&str>) -> Option<Encoding> {
 }
 
 /// Inflates a body, refusing to produce more than `limit` bytes: a small
-/// compressed body must not become an unbounded allocation.
-pub fn decompress(encoding: Encoding, body: &[u8], limit: usize) -> Result<Bytes> {
-    let reader: Box<dyn Read + '_> = match encoding {
+/// compressed body must not become an unbounded allocation. The output is
+/// reserved in `reservation` as it grows.
+pub fn decompress(encoding: Encoding, body: &[u8], limit: usize, reservation: &mut Reservation) -> Result<Bytes> {
+    let mut reader: Box<dyn Read + '_> = match encoding {
         Encoding::Gzip => Box::new(GzDecoder::new(body)),
         Encoding::Deflate => Box::new(ZlibDecoder::new(body)),
     };
-    let mut out = Vec::new();
-    let read = reader.take(limit as u64 + 1).read_to_end(&mut out).map_err(|e| {
-        Error::invalid(format!(
-            "failed to decompress the {} request body: {e}",
-            encoding.as_str()
-        ))
-    })?;
-    if read > limit {
-        return Err(Error::invalid(format!(
-            "decompressed request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
-        )));
+    const CHUNK: usize = 64 << 10;
+    let mut out: Vec<u8> = Vec::new();
+    loop {
+        if out.len() > limit {
+            return Err(Error::invalid(format!(
+                "decompressed request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
+            )));
+        }
+        let start = out.len();
+        // Reserve what the vector may grow to before it grows.
+        if out.capacity() - start < CHUNK {
+            let grown = (out.capacity() * 2).clamp(CHUNK, limit.saturating_add(CHUNK));
+            reservation.grow(grown - out.capacity())?;
+            out.reserve_exact(grown - out.len());
+        }
+        out.resize(start + CHUNK, 0);
+        let read = reader.read(&mut out[start..]).map_err(|e| {
+            Error::invalid(format!(
+                "failed to decompress the {} request body: {e}",
+                encoding.as_str()
+            ))
+        })?;
+        out.truncate(start + read);
+        if read == 0 {
+            return Ok(Bytes::from(out));
+        }
     }
-    Ok(Bytes::from(out))
 }
 
 pub fn compress(encoding: Encoding, body: &[u8]) -> Bytes {
@@ -103,11 +119,28 @@ mod tests {
             let data = vec![7u8; 10_000];
             let packed = compress(encoding, &data);
             assert!(packed.len() < 200);
-            assert_eq!(decompress(encoding, &packed, 10_000).unwrap(), data);
-            let e = decompress(encoding, &packed, 9_999).unwrap_err();
+            let mut reservation = Reservation::default();
+            assert_eq!(decompress(encoding, &packed, 10_000, &mut reservation).unwrap(), data);
+            let e = decompress(encoding, &packed, 9_999, &mut reservation).unwrap_err();
             assert!(e.message().contains("exceeds the maximum allowed input size"), "{e}");
         }
-        assert!(decompress(Encoding::Gzip, b"not gzip", 100).is_err());
+        assert!(decompress(Encoding::Gzip, b"not gzip", 100, &mut Reservation::default()).is_err());
+    }
+
+    #[test]
+    fn inflating_is_reserved_and_a_bomb_is_refused_by_the_budget() {
+        let data = vec![0u8; 1 << 20];
+        let packed = compress(Encoding::Gzip, &data);
+        let budget = crate::memory_budget::MemoryBudget::new(256 << 10);
+        let mut reservation = budget.reservation();
+        let e = decompress(Encoding::Gzip, &packed, 1 << 20, &mut reservation).unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::ResourceExhausted);
+        drop(reservation);
+        let budget = crate::memory_budget::MemoryBudget::new(4 << 20);
+        let mut reservation = budget.reservation();
+        let out = decompress(Encoding::Gzip, &packed, 1 << 20, &mut reservation).unwrap();
+        assert_eq!(out.len(), 1 << 20);
+        assert!(reservation.bytes() >= out.len(), "{} reserved", reservation.bytes());
     }
 
     #[test]

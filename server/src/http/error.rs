@@ -10,7 +10,8 @@ pub fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidArgument | ErrorKind::AlreadyExists => StatusCode::BAD_REQUEST,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Unavailable | ErrorKind::ResourceExhausted => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
         ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }

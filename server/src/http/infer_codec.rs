@@ -9,47 +9,19 @@
 use std::collections::HashMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde::Serialize;
 
 use super::json_tensor;
+use super::request_json::RequestJson;
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
-use crate::parameter::{Parameter, Parameters};
+use crate::memory_budget::Reservation;
+use crate::parameter::Parameter;
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
 use crate::tensor::{Tensor, element_count};
 
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
-
-#[derive(Deserialize)]
-struct RequestJson {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    parameters: Option<Map<String, Value>>,
-    inputs: Vec<InputJson>,
-    #[serde(default)]
-    outputs: Option<Vec<OutputJson>>,
-}
-
-#[derive(Deserialize)]
-struct InputJson {
-    name: String,
-    shape: Vec<i64>,
-    datatype: String,
-    #[serde(default)]
-    parameters: Option<Map<String, Value>>,
-    #[serde(default)]
-    data: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct OutputJson {
-    name: String,
-    #[serde(default)]
-    parameters: Option<Map<String, Value>>,
-}
 
 /// A decoded infer request and how the client wants each output encoded.
 #[derive(Debug)]
@@ -74,7 +46,15 @@ impl BinaryOutputs {
 
 /// Parses an infer body. `header_length` is the parsed
 /// `Inference-Header-Content-Length`, if the header was present.
-pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Option<usize>) -> Result<DecodedRequest> {
+/// `reservation` holds the body's bytes in the memory budget; it grows by
+/// every buffer decoded from JSON and travels on with the request.
+pub fn decode(
+    model: &str,
+    version: Option<i64>,
+    body: Bytes,
+    header_length: Option<usize>,
+    mut reservation: Reservation,
+) -> Result<DecodedRequest> {
     let (json, mut binary) = match header_length {
         None => (body, Bytes::new()),
         Some(0) => {
@@ -88,10 +68,10 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
             (json, binary)
         }
     };
-    let parsed: RequestJson = serde_json::from_slice(&json)
+    let parsed: RequestJson<'_> = serde_json::from_slice(&json)
         .map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))?;
 
-    let request_parameters = parameters(parsed.parameters.as_ref())?;
+    let request_parameters = parsed.parameters.0;
     let mut binary_outputs = BinaryOutputs {
         default: request_parameters
             .get("binary_data_output")
@@ -100,11 +80,12 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
         listed: HashMap::new(),
     };
 
-    let mut inputs = Vec::with_capacity(parsed.inputs.len());
-    for input in parsed.inputs {
+    let mut inputs = Vec::with_capacity(parsed.inputs.0.len());
+    for input in parsed.inputs.0 {
         let datatype = DataType::from_wire(&input.datatype)
             .ok_or_else(|| Error::invalid(format!("invalid datatype for input {}", input.name)))?;
-        let input_parameters = parameters(input.parameters.as_ref())?;
+        let input_parameters = input.parameters.0;
+        let shape = input.shape.0;
         let binary_size = match input_parameters.get("binary_data_size") {
             None => None,
             Some(p) => Some(p.as_i64().and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
@@ -114,13 +95,13 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
                 ))
             })?),
         };
-        if input.shape.iter().any(|d| *d < 0) {
+        if shape.iter().any(|d| *d < 0) {
             return Err(Error::invalid(format!(
-                "invalid shape {:?} for input '{}': dimensions must be non-negative",
-                input.shape, input.name
+                "invalid shape {shape:?} for input '{}': dimensions must be non-negative",
+                input.name
             )));
         }
-        let data = match (binary_size, &input.data) {
+        let data = match (binary_size, input.data) {
             (Some(_), Some(_)) => {
                 return Err(Error::invalid(format!(
                     "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size' for input '{}'",
@@ -144,11 +125,11 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
                 binary.split_to(size)
             }
             (None, Some(data)) => {
-                let count = element_count(&input.shape).map_err(|e| e.context(format!("input '{}'", input.name)))?;
-                json_tensor::decode(&input.name, datatype, data, count)?
+                let count = element_count(&shape).map_err(|e| e.context(format!("input '{}'", input.name)))?;
+                json_tensor::decode(&input.name, datatype, data, count, &mut reservation)?
             }
         };
-        inputs.push(Tensor::new(input.name, datatype, input.shape, data));
+        inputs.push(Tensor::new(input.name, datatype, shape, data));
     }
     if !binary.is_empty() {
         return Err(Error::invalid(format!(
@@ -157,8 +138,8 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
     }
 
     let mut outputs = Vec::new();
-    for output in parsed.outputs.unwrap_or_default() {
-        let output_parameters = parameters(output.parameters.as_ref())?;
+    for output in parsed.outputs.map(|o| o.0).unwrap_or_default() {
+        let output_parameters = output.parameters.0;
         if let Some(binary) = output_parameters.get("binary_data") {
             let binary = binary.as_bool().ok_or_else(|| {
                 Error::invalid(format!("'binary_data' of output '{}' must be a boolean", output.name))
@@ -195,36 +176,10 @@ pub fn decode(model: &str, version: Option<i64>, body: Bytes, header_length: Opt
             inputs,
             outputs,
             parameters: request_parameters,
+            reservation,
         },
         binary_outputs,
     })
-}
-
-/// Converts a JSON `parameters` object.
-pub fn parameters(map: Option<&Map<String, Value>>) -> Result<Parameters> {
-    let mut out = Parameters::new();
-    for (key, value) in map.into_iter().flatten() {
-        let parameter = match value {
-            Value::Bool(b) => Parameter::Bool(*b),
-            Value::String(s) => Parameter::String(s.clone()),
-            Value::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    Parameter::Int(i)
-                } else if let Some(u) = n.as_u64() {
-                    Parameter::Uint(u)
-                } else {
-                    Parameter::Double(n.as_f64().unwrap_or_default())
-                }
-            }
-            other => {
-                return Err(Error::invalid(format!(
-                    "parameter '{key}' must be a boolean, number or string, got {other}"
-                )));
-            }
-        };
-        out.insert(key.clone(), parameter);
-    }
-    Ok(out)
 }
 
 /// An encoded infer response: the body and, when binary data follows the
@@ -234,37 +189,63 @@ pub struct EncodedResponse {
     pub header_length: Option<usize>,
 }
 
+/// The response header in Triton's key order (name, datatype, shape, data).
+#[derive(Serialize)]
+struct ResponseJson<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+    model_name: &'a str,
+    model_version: String,
+    outputs: Vec<OutputJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct OutputJson<'a> {
+    name: &'a str,
+    datatype: &'static str,
+    shape: &'a [i64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<BinaryParameters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<json_tensor::Data<'a>>,
+}
+
+#[derive(Serialize)]
+struct BinaryParameters {
+    binary_data_size: usize,
+}
+
 pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> EncodedResponse {
-    let mut outputs = Vec::with_capacity(response.outputs.len());
     let mut blobs: Vec<&Bytes> = Vec::new();
-    for tensor in &response.outputs {
-        let mut entry = Map::new();
-        entry.insert("name".into(), Value::String(tensor.name.clone()));
-        entry.insert("datatype".into(), Value::String(tensor.datatype.as_wire().into()));
-        entry.insert("shape".into(), Value::from(tensor.shape.clone()));
-        if binary_outputs.is_binary(&tensor.name) {
-            let mut parameters = Map::new();
-            parameters.insert("binary_data_size".into(), Value::from(tensor.data.len()));
-            entry.insert("parameters".into(), Value::Object(parameters));
-            if !tensor.data.is_empty() {
+    let outputs = response
+        .outputs
+        .iter()
+        .map(|tensor| {
+            let binary = binary_outputs.is_binary(&tensor.name);
+            if binary && !tensor.data.is_empty() {
                 blobs.push(&tensor.data);
             }
-        } else {
-            entry.insert("data".into(), json_tensor::encode(tensor.datatype, &tensor.data));
-        }
-        outputs.push(Value::Object(entry));
-    }
-    let mut root = Map::new();
-    if !response.id.is_empty() {
-        root.insert("id".into(), Value::String(response.id.clone()));
-    }
-    root.insert("model_name".into(), Value::String(response.model_name.clone()));
-    root.insert(
-        "model_version".into(),
-        Value::String(response.model_version.to_string()),
-    );
-    root.insert("outputs".into(), Value::Array(outputs));
-    let json = serde_json::to_vec(&Value::Object(root)).expect("a JSON value serializes");
+            OutputJson {
+                name: &tensor.name,
+                datatype: tensor.datatype.as_wire(),
+                shape: &tensor.shape,
+                parameters: binary.then(|| BinaryParameters {
+                    binary_data_size: tensor.data.len(),
+                }),
+                data: (!binary).then_some(json_tensor::Data {
+                    datatype: tensor.datatype,
+                    data: &tensor.data,
+                }),
+            }
+        })
+        .collect();
+    let header = ResponseJson {
+        id: &response.id,
+        model_name: &response.model_name,
+        model_version: response.model_version.to_string(),
+        outputs,
+    };
+    let json = serde_json::to_vec(&header).expect("the response header serializes");
     if blobs.is_empty() {
         return EncodedResponse {
             body: Bytes::from(json),
@@ -287,6 +268,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn binary_body(json: &str, data: &[u8]) -> (Bytes, Option<usize>) {
         let mut body = json.as_bytes().to_vec();
@@ -298,7 +280,7 @@ mod tests {
     fn decodes_binary_inputs_as_body_slices() {
         let json = r#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}},{"name":"B","shape":[1],"datatype":"INT32","data":[7]}],"outputs":[{"name":"C","parameters":{"binary_data":true}}]}"#;
         let (body, len) = binary_body(json, &[1, 0, 0, 0, 2, 0, 0, 0]);
-        let decoded = decode("m", None, body, len).unwrap();
+        let decoded = decode("m", None, body, len, Reservation::default()).unwrap();
         let r = decoded.request;
         assert_eq!(r.inputs[0].data.as_ref(), &[1, 0, 0, 0, 2, 0, 0, 0]);
         assert_eq!(r.inputs[1].data.as_ref(), &7i32.to_le_bytes());
@@ -310,16 +292,16 @@ mod tests {
     fn rejects_mismatched_binary_sizes() {
         let json = r#"{"inputs":[{"name":"A","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8}}]}"#;
         let (body, len) = binary_body(json, &[0; 4]);
-        let e = decode("m", None, body, len).unwrap_err();
+        let e = decode("m", None, body, len, Reservation::default()).unwrap_err();
         assert!(e.message().contains("expecting 4 additional bytes"), "{e}");
         let (body, len) = binary_body(json, &[0; 12]);
-        let e = decode("m", None, body, len).unwrap_err();
+        let e = decode("m", None, body, len, Reservation::default()).unwrap_err();
         assert!(e.message().contains("unexpected additional input data"), "{e}");
     }
 
     #[test]
     fn rejects_malformed_requests() {
-        let e = decode("m", None, Bytes::from_static(b"{not json"), None).unwrap_err();
+        let e = decode("m", None, Bytes::from_static(b"{not json"), None, Reservation::default()).unwrap_err();
         assert!(
             e.message().starts_with("failed to parse the request JSON buffer"),
             "{e}"
@@ -338,7 +320,7 @@ mod tests {
                 "'A'",
             ),
         ] {
-            let e = decode("m", None, Bytes::from_static(body), None).unwrap_err();
+            let e = decode("m", None, Bytes::from_static(body), None, Reservation::default()).unwrap_err();
             assert!(e.message().contains(expected), "{e}");
         }
     }
@@ -354,6 +336,7 @@ mod tests {
                 Tensor::new("B", DataType::Int32, vec![1], Bytes::from_static(&[6, 0, 0, 0])),
             ],
             parameters: Default::default(),
+            reservation: Default::default(),
         };
         let mut binary = BinaryOutputs::default();
         binary.listed.insert("A".into(), true);

@@ -24,15 +24,9 @@ pub struct Normalized {
     pub batch_size: usize,
 }
 
-pub fn normalize(config: &ModelConfig, model: &str, request: InferRequest) -> Result<Normalized> {
-    let prefix = format!(
-        "[request id: {}] ",
-        if request.id.is_empty() {
-            "<id_unknown>"
-        } else {
-            &request.id
-        }
-    );
+/// `id` is the request's id (taken out of `request` by the caller).
+pub fn normalize(config: &ModelConfig, model: &str, id: &str, request: InferRequest) -> Result<Normalized> {
+    let prefix = format!("[request id: {}] ", if id.is_empty() { "<id_unknown>" } else { id });
     let outputs = check_outputs(config, model, &prefix, request.outputs)?;
     check_input_names(config, model, &prefix, &request.inputs)?;
 
@@ -264,8 +258,9 @@ mod tests {
         }
     }
 
-    fn error(req: InferRequest) -> String {
-        normalize(&simple(), "simple", req).unwrap_err().message().to_string()
+    fn error(mut req: InferRequest) -> String {
+        let id = std::mem::take(&mut req.id);
+        normalize(&simple(), "simple", &id, req).unwrap_err().message().to_string()
     }
 
     #[test]
@@ -273,6 +268,7 @@ mod tests {
         let n = normalize(
             &simple(),
             "simple",
+            "",
             request(vec![int32("INPUT0", &[3, 16]), int32("INPUT1", &[3, 16])]),
         )
         .unwrap();
@@ -315,20 +311,20 @@ mod tests {
 
     #[test]
     fn checks_requested_outputs() {
-        let mut req = request(vec![int32("INPUT0", &[1, 16]), int32("INPUT1", &[1, 16])]);
-        req.id = "r1".into();
-        req.outputs = vec![RequestedOutput::named("OUTPUT1"), RequestedOutput::named("OUTPUT1")];
+        let req = |outputs: &[&str]| InferRequest {
+            id: "r1".into(),
+            outputs: outputs.iter().map(|n| RequestedOutput::named(*n)).collect(),
+            ..request(vec![int32("INPUT0", &[1, 16]), int32("INPUT1", &[1, 16])])
+        };
         assert_eq!(
-            error(req.clone()),
+            error(req(&["OUTPUT1", "OUTPUT1"])),
             "[request id: r1] output 'OUTPUT1' already exists in request"
         );
-        req.outputs = vec![RequestedOutput::named("NOPE")];
         assert_eq!(
-            error(req.clone()),
+            error(req(&["NOPE"])),
             "unexpected inference output 'NOPE' for model 'simple'"
         );
-        req.outputs = vec![RequestedOutput::named("OUTPUT1")];
-        let n = normalize(&simple(), "simple", req).unwrap();
+        let n = normalize(&simple(), "simple", "r1", req(&["OUTPUT1"])).unwrap();
         assert_eq!(n.outputs, vec![RequestedOutput::named("OUTPUT1")]);
     }
 
@@ -340,7 +336,7 @@ mod tests {
                output [ { name: "Y" data_type: TYPE_INT32 dims: [ 4 ] } ]"#,
         )
         .unwrap();
-        let n = normalize(&config, "m", request(vec![int32("X", &[3, 4])])).unwrap();
+        let n = normalize(&config, "m", "", request(vec![int32("X", &[3, 4])])).unwrap();
         assert_eq!(n.inputs[0].shape, vec![3, 2, 2]);
     }
 }

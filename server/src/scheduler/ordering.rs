@@ -7,8 +7,9 @@
 //! holds the others back.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -34,14 +35,14 @@ impl Reorderer {
     }
 
     pub fn next_seq(&self) -> u64 {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock();
         let seq = state.next_seq;
         state.next_seq += 1;
         seq
     }
 
     fn complete(&self, seq: u64, sender: oneshot::Sender<Outcome>, outcome: Outcome) {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state.lock();
         state.done.insert(seq, (sender, outcome));
         loop {
             let next = state.next_out;
@@ -75,6 +76,17 @@ impl Reply {
         Reply {
             sender: Some(sender),
             order: Some((reorderer.next_seq(), Arc::clone(reorderer))),
+        }
+    }
+
+    /// This reply, now taking the next place in `reorderer`'s order.
+    pub fn in_order_of(mut self, reorderer: &Arc<Reorderer>) -> Self {
+        match self.sender.take() {
+            Some(sender) if self.order.is_none() => Reply::ordered(sender, reorderer),
+            sender => {
+                self.sender = sender;
+                self
+            }
         }
     }
 

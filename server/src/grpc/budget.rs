@@ -1,0 +1,148 @@
+//! Request bytes into the memory budget as they arrive, for gRPC.
+//!
+//! tonic decodes a whole message before a handler sees it, so the budget is
+//! applied to the HTTP/2 body underneath: every DATA frame is reserved as it
+//! arrives, and a frame that does not fit ends the call with
+//! RESOURCE_EXHAUSTED before it is buffered. The bytes reserved so far are
+//! left in the request's extensions ([`BodyAccount`]); the handler takes them
+//! into the decoded request, so they stay reserved until the request is done
+//! (for a stream, each message takes what arrived before it).
+//!
+//! Unary calls must also arrive whole within the body timeout; streams are
+//! long-lived by design and are not timed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use parking_lot::Mutex;
+use tokio::time::Sleep;
+use tower::{Layer, Service};
+
+use crate::memory_budget::{MemoryBudget, Reservation};
+
+/// The bytes of one call's body reserved so far.
+#[derive(Debug, Clone)]
+pub struct BodyAccount(Arc<Mutex<Reservation>>);
+
+impl BodyAccount {
+    /// Everything reserved so far, leaving the account empty.
+    pub fn take(&self) -> Reservation {
+        self.0.lock().take()
+    }
+}
+
+/// The reservation a handler takes from its request, or none outside this layer.
+pub fn take_reservation(extensions: &http::Extensions) -> Reservation {
+    extensions.get::<BodyAccount>().map(BodyAccount::take).unwrap_or_default()
+}
+
+#[derive(Debug, Clone)]
+pub struct BudgetLayer {
+    budget: Arc<MemoryBudget>,
+    unary_timeout: Duration,
+}
+
+impl BudgetLayer {
+    pub fn new(budget: Arc<MemoryBudget>, unary_timeout: Duration) -> Self {
+        BudgetLayer { budget, unary_timeout }
+    }
+}
+
+impl<S> Layer<S> for BudgetLayer {
+    type Service = BudgetService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        BudgetService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BudgetService<S> {
+    inner: S,
+    layer: BudgetLayer,
+}
+
+/// The calls whose request is a stream of messages.
+fn is_stream(path: &str) -> bool {
+    path.ends_with("/ModelStreamInfer") || path.ends_with("/Watch")
+}
+
+impl<S> Service<http::Request<tonic::body::Body>> for BudgetService<S>
+where
+    S: Service<http::Request<tonic::body::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let account = BodyAccount(Arc::new(Mutex::new(self.layer.budget.reservation())));
+        let deadline = (!is_stream(request.uri().path())).then_some(self.layer.unary_timeout);
+        let (mut parts, body) = request.into_parts();
+        parts.extensions.insert(account.clone());
+        let body = tonic::body::Body::new(BudgetedBody {
+            inner: body,
+            account,
+            deadline: deadline.map(|d| (Box::pin(tokio::time::sleep(d)), d)),
+        });
+        self.inner.call(http::Request::from_parts(parts, body))
+    }
+}
+
+/// A request body whose frames are reserved as they arrive.
+struct BudgetedBody {
+    inner: tonic::body::Body,
+    account: BodyAccount,
+    deadline: Option<(Pin<Box<Sleep>>, Duration)>,
+}
+
+impl Body for BudgetedBody {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
+        let this = self.get_mut();
+        if let Some((sleep, after)) = &mut this.deadline
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            let after = *after;
+            this.deadline = None;
+            return Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(format!(
+                "the request message did not arrive within {} s (--grpc-body-timeout-secs)",
+                after.as_secs()
+            )))));
+        }
+        let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        if let Some(data) = frame.data_ref()
+            && let Err(exhausted) = this.account.0.lock().grow(data.len())
+        {
+            return Poll::Ready(Some(Err(tonic::Status::resource_exhausted(exhausted.to_string()))));
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

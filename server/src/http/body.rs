@@ -1,0 +1,168 @@
+//! Reading a request body within its limits: size, time and the server's
+//! memory budget.
+//!
+//! The body is read frame by frame, so an oversized body is refused while it
+//! streams in and never buffered whole; every frame is reserved in the
+//! [`MemoryBudget`](crate::memory_budget::MemoryBudget) before it is kept
+//! (all at once when `Content-Length` announces the size, so a request that
+//! cannot fit is refused before its first byte is read); a client that
+//! trickles its body is cut off after the body timeout. A compressed body is
+//! inflated under the same size limit and budget.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, header};
+use http_body_util::BodyExt;
+
+use super::compression;
+use crate::error::{Error, Result};
+use crate::memory_budget::Reservation;
+
+/// The limits every request body is read under.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// Largest body, before and after decompression (`--http-max-input-size`).
+    pub max_size: usize,
+    /// Longest time from the request's headers to its last body byte.
+    pub timeout: Duration,
+}
+
+/// Reads the whole body, inflating it if it was compressed. The bytes held
+/// are added to `reservation`.
+pub async fn read(body: Body, headers: &HeaderMap, limits: BodyLimits, reservation: &mut Reservation) -> Result<Bytes> {
+    let encoding = compression::content_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))?;
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let raw = match tokio::time::timeout(limits.timeout, collect(body, announced, limits.max_size, reservation)).await {
+        Ok(read) => read?,
+        Err(_) => {
+            return Err(Error::invalid(format!(
+                "the request body did not arrive within {} s (--http-body-timeout-secs)",
+                limits.timeout.as_secs()
+            )));
+        }
+    };
+    match encoding {
+        Some(encoding) => compression::decompress(encoding, &raw, limits.max_size, reservation),
+        None => Ok(raw),
+    }
+}
+
+async fn collect(body: Body, announced: Option<u64>, limit: usize, reservation: &mut Reservation) -> Result<Bytes> {
+    let too_large = || {
+        Error::invalid(format!(
+            "request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
+        ))
+    };
+    // The announced size is reserved up front: a body that cannot fit is
+    // refused before it is read. Frames beyond it (a lying client) are
+    // reserved as they come.
+    let mut prepaid = match announced {
+        Some(n) if n > limit as u64 => return Err(too_large()),
+        Some(n) => {
+            let n = n as usize;
+            reservation.grow(n)?;
+            n
+        }
+        None => 0,
+    };
+    let expected = prepaid;
+    let mut total = 0usize;
+    // A body that arrives as one frame is kept as it is, without a copy.
+    let mut first: Option<Bytes> = None;
+    let mut buffer = BytesMut::new();
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Error::invalid(format!("failed to read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        total += data.len();
+        if total > limit {
+            return Err(too_large());
+        }
+        let unpaid = data.len().saturating_sub(prepaid);
+        prepaid -= data.len() - unpaid;
+        reservation.grow(unpaid)?;
+        match first.take() {
+            None if buffer.is_empty() => first = Some(data),
+            Some(head) => {
+                buffer.reserve(expected.max(head.len() + data.len()));
+                buffer.extend_from_slice(&head);
+                buffer.extend_from_slice(&data);
+            }
+            None => buffer.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| buffer.freeze()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory_budget::MemoryBudget;
+    use futures::stream;
+
+    fn limits(max_size: usize) -> BodyLimits {
+        BodyLimits {
+            max_size,
+            timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn chunked(chunks: Vec<&'static [u8]>) -> Body {
+        Body::from_stream(stream::iter(
+            chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
+        ))
+    }
+
+    #[tokio::test]
+    async fn reads_and_reserves_every_byte() {
+        let budget = MemoryBudget::new(100);
+        let mut reservation = budget.reservation();
+        let body = read(chunked(vec![b"hello ", b"world"]), &HeaderMap::new(), limits(64), &mut reservation)
+            .await
+            .unwrap();
+        assert_eq!(body, "hello world");
+        assert_eq!(reservation.bytes(), 11);
+    }
+
+    #[tokio::test]
+    async fn an_announced_body_that_cannot_fit_is_refused_before_reading() {
+        let budget = MemoryBudget::new(10);
+        let mut reservation = budget.reservation();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, "11".parse().unwrap());
+        let e = read(Body::from("hello world"), &headers, limits(64), &mut reservation)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::ResourceExhausted);
+        assert!(e.message().contains("--max-in-flight-bytes"), "{e}");
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn oversized_bodies_are_refused_while_streaming() {
+        let mut reservation = Reservation::default();
+        let e = read(chunked(vec![b"0123456789", b"0123456789"]), &HeaderMap::new(), limits(15), &mut reservation)
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("maximum allowed input size of 15 bytes"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickling_body_times_out() {
+        let slow = Body::from_stream(stream::unfold(0, |n| async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            (n < 100).then(|| (Ok::<_, std::io::Error>(Bytes::from_static(b"x")), n + 1))
+        }));
+        let e = read(slow, &HeaderMap::new(), limits(1000), &mut Reservation::default())
+            .await
+            .unwrap_err();
+        assert!(e.message().contains("did not arrive within 5 s"), "{e}");
+    }
+}

@@ -1,0 +1,78 @@
+//! Serving the HTTP router on accepted connections, HTTP/1.1 or HTTP/2.
+//!
+//! Our own loop over hyper rather than `axum::serve`, for the limits a
+//! production server needs and axum does not expose: HTTP/1.1's header read
+//! timeout (a client trickling its headers, or idling between requests, is
+//! disconnected), HTTP/2's stream cap and keep-alive, and connections from
+//! the shared [`Acceptor`] (connection cap, TLS, handshake deadline).
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::Router;
+use futures::StreamExt;
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+
+use crate::transport::Acceptor;
+
+/// How long an HTTP/2 client has to answer a keep-alive PING.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Protocol limits of the HTTP port.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpServeOptions {
+    /// For HTTP/1.1: the whole request head must arrive within this time,
+    /// which also closes a connection idle between requests for as long.
+    pub header_read_timeout: Duration,
+    /// For HTTP/2: streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// For HTTP/2: a PING after this much silence; no answer within
+    /// [`KEEPALIVE_TIMEOUT`] closes the connection.
+    pub keepalive: Duration,
+}
+
+/// Serves until `shutdown` resolves, then stops accepting and lets the open
+/// connections finish their requests.
+pub async fn serve(
+    acceptor: Acceptor,
+    router: Router,
+    options: HttpServeOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let graceful = GracefulShutdown::new();
+    let mut connections = std::pin::pin!(acceptor.into_stream());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let connection = tokio::select! {
+            next = connections.next() => match next {
+                Some(Ok(connection)) => connection,
+                Some(Err(_)) => continue,
+                None => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let http2 = connection.http2;
+        let service = TowerToHyperService::new(router.clone());
+        let io = TokioIo::new(connection);
+        if http2 {
+            let conn = http2::Builder::new(TokioExecutor::new())
+                .timer(TokioTimer::new())
+                .max_concurrent_streams(options.max_concurrent_streams)
+                .keep_alive_interval(Some(options.keepalive))
+                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+                .serve_connection(io, service);
+            tokio::spawn(graceful.watch(conn));
+        } else {
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(options.header_read_timeout)
+                .serve_connection(io, service);
+            tokio::spawn(graceful.watch(conn));
+        }
+    }
+    graceful.shutdown().await;
+    Ok(())
+}

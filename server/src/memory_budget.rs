@@ -1,0 +1,215 @@
+//! A global cap on the bytes of request data the server holds at once.
+//!
+//! Each front end limits one message (`--http-max-input-size`,
+//! `--grpc-max-message-size`), but N concurrent maximum-size requests would
+//! still need N times that. Every byte of request data is therefore reserved
+//! here before it is held: body frames as they arrive, decompressed bodies as
+//! they inflate, typed buffers decoded from JSON before they are allocated.
+//! A [`Reservation`] travels with the request's inputs and gives its bytes
+//! back when they are dropped (answered, failed or cancelled), so the cap
+//! bounds what is really resident.
+//!
+//! Nothing ever waits for room: a request that does not fit is refused at
+//! once (HTTP 503, gRPC RESOURCE_EXHAUSTED), which is load shedding, not
+//! queueing, so a flood cannot pile up memory in waiters either.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::error::{Error, ErrorKind};
+
+/// The shared count of reserved bytes against a limit.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    limit: usize,
+    used: AtomicUsize,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes; 0 means unlimited.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(MemoryBudget {
+            limit: if limit == 0 { usize::MAX } else { limit },
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// A budget that never refuses (tests, in-process callers).
+    pub fn unlimited() -> Arc<Self> {
+        Self::new(0)
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes reserved right now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// An empty reservation that can grow against this budget.
+    pub fn reservation(self: &Arc<Self>) -> Reservation {
+        Reservation {
+            budget: Some(Arc::clone(self)),
+            bytes: 0,
+        }
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            let Some(next) = used.checked_add(bytes).filter(|n| *n <= self.limit) else {
+                return false;
+            };
+            match self
+                .used
+                .compare_exchange_weak(used, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(actual) => used = actual,
+            }
+        }
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// Bytes held by one request; returned to the budget on drop.
+///
+/// The default reservation belongs to no budget and never refuses: requests
+/// built in-process (tests, later the ensemble's internal steps) carry one.
+#[derive(Debug, Default)]
+pub struct Reservation {
+    budget: Option<Arc<MemoryBudget>>,
+    bytes: usize,
+}
+
+/// Why a reservation could not grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the server is holding its maximum of {limit} bytes of request data (--max-in-flight-bytes); {wanted} more bytes were refused, try again later"
+)]
+pub struct Exhausted {
+    pub limit: usize,
+    pub wanted: usize,
+}
+
+impl From<Exhausted> for Error {
+    fn from(e: Exhausted) -> Self {
+        Error::new(ErrorKind::ResourceExhausted, e.to_string())
+    }
+}
+
+impl Reservation {
+    /// Reserves `bytes` more, or refuses without changing anything.
+    pub fn grow(&mut self, bytes: usize) -> Result<(), Exhausted> {
+        let Some(budget) = &self.budget else {
+            return Ok(());
+        };
+        if bytes == 0 {
+            return Ok(());
+        }
+        if !budget.try_take(bytes) {
+            return Err(Exhausted {
+                limit: budget.limit,
+                wanted: bytes,
+            });
+        }
+        self.bytes += bytes;
+        Ok(())
+    }
+
+    /// Moves everything `other` holds into this reservation.
+    pub fn absorb(&mut self, mut other: Reservation) {
+        match (&self.budget, &other.budget) {
+            (_, None) => {}
+            (None, Some(_)) => std::mem::swap(self, &mut other),
+            (Some(mine), Some(theirs)) if Arc::ptr_eq(mine, theirs) => {
+                self.bytes += std::mem::take(&mut other.bytes);
+            }
+            // A server has one budget; a reservation from another one is
+            // simply released when `other` drops here.
+            (Some(_), Some(_)) => {}
+        }
+    }
+
+    /// Takes everything out, leaving this reservation empty (same budget).
+    pub fn take(&mut self) -> Reservation {
+        Reservation {
+            budget: self.budget.clone(),
+            bytes: std::mem::take(&mut self.bytes),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget
+            && self.bytes > 0
+        {
+            budget.give_back(self.bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_past_the_limit_and_frees_on_drop() {
+        let budget = MemoryBudget::new(100);
+        let mut a = budget.reservation();
+        a.grow(60).unwrap();
+        let mut b = budget.reservation();
+        let refused = b.grow(41).unwrap_err();
+        assert_eq!(refused, Exhausted { limit: 100, wanted: 41 });
+        assert_eq!(b.bytes(), 0, "a refused grow holds nothing");
+        b.grow(40).unwrap();
+        assert_eq!(budget.used(), 100);
+        drop(a);
+        assert_eq!(budget.used(), 40);
+        b.grow(60).unwrap();
+        drop(b);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn absorb_and_take_move_bytes_without_releasing_them() {
+        let budget = MemoryBudget::new(100);
+        let mut a = budget.reservation();
+        a.grow(10).unwrap();
+        let mut b = budget.reservation();
+        b.grow(20).unwrap();
+        a.absorb(b);
+        assert_eq!((a.bytes(), budget.used()), (30, 30));
+        let taken = a.take();
+        assert_eq!((a.bytes(), taken.bytes(), budget.used()), (0, 30, 30));
+        drop(taken);
+        assert_eq!(budget.used(), 0);
+
+        let mut unbudgeted = Reservation::default();
+        unbudgeted.grow(usize::MAX).unwrap();
+        let mut c = budget.reservation();
+        c.grow(5).unwrap();
+        unbudgeted.absorb(c);
+        assert_eq!(unbudgeted.bytes(), 5);
+        drop(unbudgeted);
+        assert_eq!(budget.used(), 0);
+    }
+
+    #[test]
+    fn zero_means_unlimited() {
+        let budget = MemoryBudget::new(0);
+        let mut r = budget.reservation();
+        r.grow(usize::MAX / 2).unwrap();
+        assert_eq!(budget.limit(), usize::MAX);
+    }
+}
