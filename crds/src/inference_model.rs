@@ -17,7 +17,7 @@ pub use autoscaling::{Autoscaling, AutoscalingMetric};
 pub use config::{DynamicBatching, InstanceGroup, InstanceKind, ModelConfigOverride};
 pub use resources::ModelResources;
 pub use scheduling::Scheduling;
-pub use server::{ServerPorts, ServerSpec};
+pub use server::{RepositoryApi, ServerPorts, ServerSpec, ServerTls};
 pub use source::{ModelSource, VersionPolicy};
 pub use status::{Endpoints, Failure, InferenceModelStatus};
 

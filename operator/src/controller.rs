@@ -203,26 +203,21 @@ pub async fn run(
 /// One controller over `namespace` (or all namespaces).
 ///
 /// Owned objects are watched through their metadata only and filtered to the
-/// operator's label; Secrets are watched so that creating a missing
-/// credentials Secret fixes its models at once; pods are watched (by label)
-/// because their state changes are what the status reports.
+/// operator's label; pods are watched (by label) because their state changes
+/// are what the status reports. Secrets are never listed or watched: the
+/// operator only `get`s the metadata of the one a model names, and retries
+/// soon while it is missing ([`Error::requeue`]).
 async fn run_in(ctx: Arc<Context>, namespace: Option<String>, stop: CancellationToken) {
     let client = ctx.client.clone();
     let scope = namespace.as_deref();
     let managed = watcher::Config::default().labels(&labels::managed_selector());
     let controller = Controller::new(scoped::<InferenceModel>(&client, scope), watcher::Config::default());
-    let store = controller.store();
     controller
         .with_config(Config::default().debounce(Duration::from_secs(1)))
         .owns(scoped::<ConfigMap>(&client, scope), managed.clone())
         .owns(scoped::<Deployment>(&client, scope), managed.clone())
         .owns(scoped::<Service>(&client, scope), managed.clone())
         .owns(scoped::<PodDisruptionBudget>(&client, scope), managed.clone())
-        .watches(
-            scoped::<Secret>(&client, scope),
-            watcher::Config::default(),
-            move |secret| watches::models_naming_secret(&store.state(), &secret),
-        )
         .watches(scoped::<Pod>(&client, scope), managed, |pod| {
             watches::model_of_pod(&pod)
         })

@@ -47,12 +47,14 @@ impl Error {
     ///
     /// A spec problem only goes away when the spec changes, and a spec change
     /// triggers a reconcile anyway, so those wait long. A missing Secret is
-    /// watched too; the retry is a safety net. API trouble is usually brief:
+    /// not watched (the operator may only `get` Secrets, never list or watch
+    /// them), so its check is retried soon: creating the Secret fixes the
+    /// model within seconds. API trouble is usually brief:
     /// a conflict is retried at once-ish, overload and outages a little later.
     pub fn requeue(&self) -> Duration {
         match self {
             Error::InvalidSpec(_) | Error::Serialize { .. } | Error::MissingField(_) => Duration::from_secs(300),
-            Error::MissingSecret(_) => Duration::from_secs(60),
+            Error::MissingSecret(_) => Duration::from_secs(5),
             Error::Kube(kube::Error::Api(status)) => match status.code {
                 409 => Duration::from_secs(5),
                 429 | 500..=599 => Duration::from_secs(15),

@@ -6,12 +6,14 @@ mod support;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, Probe, Toleration, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PodSpec, Probe, SecretKeySelector, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nereid_crds::{
     Autoscaling, AutoscalingMetric, InferenceModel, InferenceModelSpec, ModelConfigOverride, ModelResources,
-    Scheduling, ServerPorts, ServerSpec,
+    RepositoryApi, Scheduling, ServerPorts, ServerSpec, ServerTls,
 };
 use nereid_operator::builders::deployment::{CONFIG_HASH_ANNOTATION, FETCH_CONTAINER, SERVER_CONTAINER};
 use nereid_operator::builders::{self, labels};
@@ -187,13 +189,13 @@ fn the_server_loads_exactly_this_model_from_the_fetched_folder() {
     let c = server(&d);
     assert_eq!(c.command, Some(vec!["nereid-server".to_string()]));
     let args = c.args.clone().unwrap();
+    // Mode none: the folder holds this one model, and the repository API
+    // can neither load nor unload anything.
     let expected_prefix = [
         "--model-repository",
         "/models",
         "--model-control-mode",
-        "explicit",
-        "--load-model",
-        "resnet",
+        "none",
         "--http-port",
         "8000",
         "--grpc-port",
@@ -211,6 +213,110 @@ fn the_server_loads_exactly_this_model_from_the_fetched_folder() {
         ["--http-max-input-size", "1048576"],
         "user args come last"
     );
+}
+
+#[test]
+fn the_repository_api_is_on_only_behind_the_secrets_header() {
+    let mut m = model();
+    m.spec.server = Some(ServerSpec {
+        repository_api: Some(RepositoryApi {
+            key_secret: SecretKeySelector {
+                name: "admin".into(),
+                key: "key".into(),
+                optional: None,
+            },
+            header: None,
+        }),
+        ..ServerSpec::default()
+    });
+    let d = deployment_of(&m);
+    let c = server(&d);
+    let args = c.args.clone().unwrap();
+    let mode = args.iter().position(|a| a == "--model-control-mode").unwrap();
+    assert_eq!(args[mode + 1], "explicit");
+    let load = args.iter().position(|a| a == "--load-model").unwrap();
+    assert_eq!(args[load + 1], "resnet");
+    let restriction = "model-repository:nereid-repository-key=$(NEREID_REPOSITORY_API_KEY)";
+    assert!(
+        args.contains(&format!("--http-restricted-api={restriction}")),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&format!("--grpc-restricted-protocol={restriction}")),
+        "{args:?}"
+    );
+    // The pod spec names the Secret; the value never appears in it.
+    let key = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "NEREID_REPOSITORY_API_KEY")
+        .unwrap();
+    assert_eq!(key.value, None);
+    let from = key.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+    assert_eq!((from.name.as_str(), from.key.as_str()), ("admin", "key"));
+}
+
+#[test]
+fn every_container_meets_the_restricted_pod_security_standard() {
+    let d = deployment_of(&model());
+    let pod = pod_spec(&d);
+    let pod_context = pod.security_context.as_ref().unwrap();
+    assert_eq!(pod_context.run_as_non_root, Some(true));
+    assert_eq!(pod_context.run_as_user, Some(65532));
+    assert_eq!(pod_context.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+    for c in [server(&d), fetch(&d)] {
+        let context = c.security_context.as_ref().unwrap();
+        assert_eq!(context.allow_privilege_escalation, Some(false), "{}", c.name);
+        assert_eq!(context.read_only_root_filesystem, Some(true), "{}", c.name);
+        assert_eq!(
+            context.capabilities.as_ref().unwrap().drop,
+            Some(vec!["ALL".to_string()]),
+            "{}",
+            c.name
+        );
+        let tmp = c.volume_mounts.iter().flatten().find(|m| m.mount_path == "/tmp");
+        assert!(tmp.is_some(), "{} has a writable /tmp", c.name);
+    }
+}
+
+#[test]
+fn tls_mounts_the_secret_and_serves_both_ports_with_it() {
+    let mut m = model();
+    m.spec.server = Some(ServerSpec {
+        tls: Some(ServerTls {
+            secret_name: "serving-cert".into(),
+            mutual: false,
+        }),
+        ..ServerSpec::default()
+    });
+    let d = deployment_of(&m);
+    let c = server(&d);
+    let args = c.args.clone().unwrap();
+    for flag in [
+        "--http-use-ssl",
+        "--http-server-cert=/etc/nereid/tls/tls.crt",
+        "--grpc-use-ssl",
+        "--grpc-server-key=/etc/nereid/tls/tls.key",
+    ] {
+        assert!(args.iter().any(|a| a == flag), "{flag} in {args:?}");
+    }
+    assert!(!args.iter().any(|a| a.contains("mutual")));
+    let volume = pod_spec(&d).volumes.iter().flatten().find(|v| v.name == "tls").unwrap();
+    assert_eq!(
+        volume.secret.as_ref().unwrap().secret_name.as_deref(),
+        Some("serving-cert")
+    );
+    let readiness = c.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    assert_eq!(readiness.scheme.as_deref(), Some("HTTPS"));
+
+    m.spec.server.as_mut().unwrap().tls.as_mut().unwrap().mutual = true;
+    let d = deployment_of(&m);
+    let c = server(&d);
+    let args = c.args.clone().unwrap();
+    assert!(args.iter().any(|a| a == "--grpc-root-cert=/etc/nereid/tls/ca.crt"));
+    // The kubelet cannot present a client certificate: the probes check the port.
+    assert!(c.readiness_probe.as_ref().unwrap().tcp_socket.is_some());
 }
 
 #[test]

@@ -258,11 +258,7 @@ async fn infer(
     let large = body.len() >= OFFLOAD_BYTES;
     let model_name = model.to_string();
     let decode = move || infer_codec::decode(&model_name, version, body, header_length, reservation);
-    let decoded = if large {
-        offload(decode).await?
-    } else {
-        decode()?
-    };
+    let decoded = if large { offload(decode).await? } else { decode()? };
     let binary_outputs = decoded.binary_outputs;
     let mut response = s.server.infer(decoded.request).await?;
     let mut reservation = std::mem::take(&mut response.reservation);
@@ -398,20 +394,23 @@ async fn repository_index(State(s): State<AppState>, headers: HeaderMap, body: B
 }
 
 /// The `parameters` object of a load or unload body, if any.
-async fn body_parameters(s: &AppState, headers: &HeaderMap, body: Body) -> Result<serde_json::Map<String, Value>, Error> {
-    match control_body(s, headers, body).await?.get_mut("parameters").map(Value::take) {
+async fn body_parameters(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<serde_json::Map<String, Value>, Error> {
+    match control_body(s, headers, body)
+        .await?
+        .get_mut("parameters")
+        .map(Value::take)
+    {
         None => Ok(Default::default()),
         Some(Value::Object(map)) => Ok(map),
         Some(_) => Err(Error::invalid("'parameters' must be a JSON object")),
     }
 }
 
-async fn load(
-    State(s): State<AppState>,
-    Path(model): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> HandlerResult {
+async fn load(State(s): State<AppState>, Path(model): Path<String>, headers: HeaderMap, body: Body) -> HandlerResult {
     let mut config = None;
     for (key, value) in body_parameters(&s, &headers, body).await? {
         match (key.as_str(), value) {
@@ -437,12 +436,7 @@ async fn load(
     Ok(StatusCode::OK.into_response())
 }
 
-async fn unload(
-    State(s): State<AppState>,
-    Path(model): Path<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> HandlerResult {
+async fn unload(State(s): State<AppState>, Path(model): Path<String>, headers: HeaderMap, body: Body) -> HandlerResult {
     for (key, value) in body_parameters(&s, &headers, body).await? {
         if key != "unload_dependents" || !value.is_boolean() {
             return Err(Error::invalid(format!("Unrecognized unload parameter '{key}' with value {value}")).into());

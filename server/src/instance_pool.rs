@@ -156,7 +156,9 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
         if pending.reply.is_closed() {
             continue;
         }
-        source.statistics.record_queue(started.saturating_duration_since(pending.arrived));
+        source
+            .statistics
+            .record_queue(started.saturating_duration_since(pending.arrived));
         sizes.push(pending.batch_size);
         replies.push(pending.reply);
         inputs.push(tensors);

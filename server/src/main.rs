@@ -272,17 +272,32 @@ async fn run(args: Args) -> Result<()> {
     let server = InferenceServer::new(args.server_name.clone(), manager);
 
     let http_restricted = Arc::new(RestrictedApis::new(&args.http.http_restricted_api).map_err(anyhow::Error::msg)?);
-    let grpc_restricted = Arc::new(RestrictedApis::new(&args.grpc.grpc_restricted_protocol).map_err(anyhow::Error::msg)?);
+    let grpc_restricted =
+        Arc::new(RestrictedApis::new(&args.grpc.grpc_restricted_protocol).map_err(anyhow::Error::msg)?);
     let t = &args.http.tls;
     let http_tls = tls(
         "HTTP",
-        tls_settings("http", t.http_use_ssl, t.http_use_ssl_mutual, &t.http_server_cert, &t.http_server_key, &t.http_root_cert)?,
+        tls_settings(
+            "http",
+            t.http_use_ssl,
+            t.http_use_ssl_mutual,
+            &t.http_server_cert,
+            &t.http_server_key,
+            &t.http_root_cert,
+        )?,
         &[b"h2", b"http/1.1"],
     )?;
     let t = &args.grpc.tls;
     let grpc_tls = tls(
         "gRPC",
-        tls_settings("grpc", t.grpc_use_ssl, t.grpc_use_ssl_mutual, &t.grpc_server_cert, &t.grpc_server_key, &t.grpc_root_cert)?,
+        tls_settings(
+            "grpc",
+            t.grpc_use_ssl,
+            t.grpc_use_ssl_mutual,
+            &t.grpc_server_cert,
+            &t.grpc_server_key,
+            &t.grpc_root_cert,
+        )?,
         &[b"h2"],
     )?;
     let budget = MemoryBudget::new(args.max_in_flight_bytes);

@@ -180,7 +180,10 @@ mod tests {
     use super::*;
 
     fn apis(flags: &[&str]) -> Result<RestrictedApis, String> {
-        let flags = flags.iter().map(|f| f.parse()).collect::<Result<Vec<RestrictionFlag>, String>>()?;
+        let flags = flags
+            .iter()
+            .map(|f| f.parse())
+            .collect::<Result<Vec<RestrictionFlag>, String>>()?;
         RestrictedApis::new(&flags)
     }
 
@@ -190,7 +193,13 @@ mod tests {
         assert_eq!(flag.groups, vec![ApiGroup::ModelRepository, ApiGroup::Statistics]);
         assert_eq!(flag.restriction.key, "admin-key");
         assert_eq!(flag.restriction.value, "s3cr:et=");
-        for bad in ["model-repository", "model-repository:key", "nope:k=v", "health:k=", "health:bad key=v"] {
+        for bad in [
+            "model-repository",
+            "model-repository:key",
+            "nope:k=v",
+            "health:k=",
+            "health:bad key=v",
+        ] {
             assert!(bad.parse::<RestrictionFlag>().is_err(), "{bad}");
         }
     }
@@ -208,11 +217,21 @@ mod tests {
         assert!(apis.check(ApiGroup::Inference, none).is_ok());
         let e = apis.check(ApiGroup::ModelRepository, none).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::PermissionDenied);
-        assert_eq!(e.message(), "This API is restricted, expecting header 'admin-key' with valid value");
-        assert!(apis.check(ApiGroup::ModelRepository, |_| Some(b"no".as_slice())).is_err());
-        assert!(apis.check(ApiGroup::ModelRepository, |_| Some(b"yes!".as_slice())).is_err());
+        assert_eq!(
+            e.message(),
+            "This API is restricted, expecting header 'admin-key' with valid value"
+        );
         assert!(
-            apis.check(ApiGroup::ModelRepository, |k| (k == "admin-key").then_some(b"yes".as_slice()))
+            apis.check(ApiGroup::ModelRepository, |_| Some(b"no".as_slice()))
+                .is_err()
+        );
+        assert!(
+            apis.check(ApiGroup::ModelRepository, |_| Some(b"yes!".as_slice()))
+                .is_err()
+        );
+        assert!(
+            apis.check(ApiGroup::ModelRepository, |k| (k == "admin-key")
+                .then_some(b"yes".as_slice()))
                 .is_ok()
         );
     }

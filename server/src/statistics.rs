@@ -87,9 +87,15 @@ impl ModelStatistics {
             s.last_inference = now_ms();
             // Every request of the batch spent the whole execution.
             let stats = &mut s.inference_stats;
-            stats.compute_input.add_ns(requests, nanos(timing.input).saturating_mul(requests));
-            stats.compute_infer.add_ns(requests, nanos(timing.infer).saturating_mul(requests));
-            stats.compute_output.add_ns(requests, nanos(timing.output).saturating_mul(requests));
+            stats
+                .compute_input
+                .add_ns(requests, nanos(timing.input).saturating_mul(requests));
+            stats
+                .compute_infer
+                .add_ns(requests, nanos(timing.infer).saturating_mul(requests));
+            stats
+                .compute_output
+                .add_ns(requests, nanos(timing.output).saturating_mul(requests));
             let batch = s.batch_stats.entry(batch_size).or_default();
             batch.compute_input.add(1, timing.input);
             batch.compute_infer.add(1, timing.infer);
@@ -170,7 +176,13 @@ mod tests {
         stats.record_request(true, Duration::MAX);
         let s = stats.snapshot();
         assert_eq!(s.inference_count, u64::MAX);
-        assert_eq!(s.inference_stats.compute_input, StatDuration { count: u64::MAX, ns: u64::MAX });
+        assert_eq!(
+            s.inference_stats.compute_input,
+            StatDuration {
+                count: u64::MAX,
+                ns: u64::MAX
+            }
+        );
         assert_eq!(s.inference_stats.success.ns, u64::MAX);
     }
 }

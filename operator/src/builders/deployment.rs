@@ -26,14 +26,22 @@
 //! endpoint (a pod whose load failed is never sent traffic), a startup probe
 //! with room for big models, zero-unavailable rolling updates, and a drain
 //! (preStop pause, then `--exit-timeout-secs`) that fits in the grace period.
+//!
+//! And for the restricted Pod Security Standard: non-root (the image's user
+//! 65532), no privilege escalation, no capabilities, a read-only root file
+//! system (an emptyDir at /tmp), the runtime's default seccomp profile. The
+//! server runs in model control mode `none`: it loads the one model at start
+//! and the repository API cannot unload it, unless `spec.server.repositoryApi`
+//! turns the API on behind a header whose value comes from a Secret.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, HTTPGetAction,
-    Lifecycle, LifecycleHandler, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, SecretEnvSource, SleepAction, Toleration, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
+    EnvVarSource, HTTPGetAction, Lifecycle, LifecycleHandler, PersistentVolumeClaimVolumeSource, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, SecretEnvSource, SecretVolumeSource,
+    SecurityContext, SleepAction, TCPSocketAction, Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -63,6 +71,18 @@ pub const CONFIG_VOLUME: &str = "model-config";
 pub const CONFIG_PATH: &str = "/etc/nereid/config";
 pub const SOURCE_VOLUME: &str = "model-source";
 pub const SOURCE_PATH: &str = "/source";
+/// Scratch space: the root file system is read-only.
+pub const TMP_VOLUME: &str = "tmp";
+pub const TMP_PATH: &str = "/tmp";
+pub const TLS_VOLUME: &str = "tls";
+pub const TLS_PATH: &str = "/etc/nereid/tls";
+
+/// The image's non-root user and group (the Dockerfile's `USER 65532`).
+pub const RUN_AS: i64 = 65532;
+/// The header the repository API requires unless `repositoryApi.header` says otherwise.
+pub const DEFAULT_REPOSITORY_HEADER: &str = "nereid-repository-key";
+/// The server's environment variable holding that header's value (from the Secret).
+pub const REPOSITORY_KEY_ENV: &str = "NEREID_REPOSITORY_API_KEY";
 
 /// Seconds the server drains in-flight requests after SIGTERM (`--exit-timeout-secs`).
 pub const EXIT_TIMEOUT_SECS: i64 = 30;
@@ -175,6 +195,17 @@ fn pod_template(model: &InferenceModel, config: &OperatorConfig, config_hash: &s
             termination_grace_period_seconds: Some(TERMINATION_GRACE_SECS),
             // Serving pods never talk to the Kubernetes API.
             automount_service_account_token: Some(false),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(RUN_AS),
+                run_as_group: Some(RUN_AS),
+                fs_group: Some(RUN_AS),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..SeccompProfile::default()
+                }),
+                ..PodSecurityContext::default()
+            }),
             node_selector: scheduling.node_selector,
             tolerations: tolerations(model, scheduling.tolerations),
             affinity: scheduling.affinity,
@@ -196,13 +227,52 @@ fn pod_template(model: &InferenceModel, config: &OperatorConfig, config_hash: &s
 
 fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Container {
     let name = model.name_any();
-    let mut args = vec![
-        "--model-repository".to_string(),
-        MODELS_PATH.to_string(),
-        "--model-control-mode".to_string(),
-        "explicit".to_string(),
-        "--load-model".to_string(),
-        name.clone(),
+    let server = model.spec.server.clone().unwrap_or_default();
+    let mut args = vec!["--model-repository".to_string(), MODELS_PATH.to_string()];
+    let mut env = server.env.clone();
+    match &server.repository_api {
+        // The folder holds this one model: mode `none` loads it, and the
+        // repository API can neither load nor unload anything.
+        None => args.extend(["--model-control-mode".to_string(), "none".to_string()]),
+        Some(api) => {
+            let header = api.header.as_deref().unwrap_or(DEFAULT_REPOSITORY_HEADER);
+            // The kubelet expands $(VAR) from the container's environment,
+            // so the pod spec holds a reference to the Secret, never its value.
+            let restriction = format!("model-repository:{header}=$({REPOSITORY_KEY_ENV})");
+            args.extend([
+                "--model-control-mode".to_string(),
+                "explicit".to_string(),
+                "--load-model".to_string(),
+                name.clone(),
+                format!("--http-restricted-api={restriction}"),
+                format!("--grpc-restricted-protocol={restriction}"),
+            ]);
+            env.push(EnvVar {
+                name: REPOSITORY_KEY_ENV.into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(api.key_secret.clone()),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+    }
+    if let Some(tls) = &server.tls {
+        for port in ["http", "grpc"] {
+            args.extend([
+                format!("--{port}-use-ssl"),
+                format!("--{port}-server-cert={TLS_PATH}/tls.crt"),
+                format!("--{port}-server-key={TLS_PATH}/tls.key"),
+            ]);
+            if tls.mutual {
+                args.extend([
+                    format!("--{port}-use-ssl-mutual"),
+                    format!("--{port}-root-cert={TLS_PATH}/ca.crt"),
+                ]);
+            }
+        }
+    }
+    args.extend([
         "--http-port".to_string(),
         ports.http.to_string(),
         "--grpc-port".to_string(),
@@ -215,13 +285,29 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         // A model that fails to load stops the container, so the pod (and the
         // status, through the termination message) carries the server's reason.
         "--exit-on-error".to_string(),
-    ];
-    let server = model.spec.server.clone().unwrap_or_default();
-    args.extend(server.args);
-    let http_get = |path: String| HTTPGetAction {
-        path: Some(path),
-        port: IntOrString::String(service::HTTP.into()),
-        ..HTTPGetAction::default()
+    ]);
+    args.extend(server.args.iter().cloned());
+    let tls = server.tls.as_ref();
+    // The kubelet's HTTPS probes do not verify the certificate, but cannot
+    // present a client certificate either: with mutual TLS the probes can
+    // only check that the port accepts connections.
+    let probe_action = |path: String| match tls {
+        Some(tls) if tls.mutual => Probe {
+            tcp_socket: Some(TCPSocketAction {
+                port: IntOrString::String(service::HTTP.into()),
+                ..TCPSocketAction::default()
+            }),
+            ..Probe::default()
+        },
+        _ => Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some(path),
+                port: IntOrString::String(service::HTTP.into()),
+                scheme: tls.map(|_| "HTTPS".to_string()),
+                ..HTTPGetAction::default()
+            }),
+            ..Probe::default()
+        },
     };
     let port = |name: &str, number: i32| ContainerPort {
         name: Some(name.to_string()),
@@ -234,7 +320,7 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         image: Some(image.to_string()),
         command: Some(vec!["nereid-server".into()]),
         args: Some(args),
-        env: (!server.env.is_empty()).then_some(server.env),
+        env: (!env.is_empty()).then_some(env),
         env_from: credentials(model),
         ports: Some(vec![
             port(service::HTTP, ports.http),
@@ -243,27 +329,24 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         ]),
         resources: Some(resources(model)),
         liveness_probe: Some(Probe {
-            http_get: Some(http_get("/v2/health/live".into())),
             period_seconds: Some(10),
             timeout_seconds: Some(5),
             failure_threshold: Some(3),
-            ..Probe::default()
+            ..probe_action("/v2/health/live".into())
         }),
         // The model's own endpoint: a pod whose load failed gets no traffic.
         readiness_probe: Some(Probe {
-            http_get: Some(http_get(format!("/v2/models/{name}/ready"))),
             period_seconds: Some(5),
             timeout_seconds: Some(3),
             failure_threshold: Some(3),
-            ..Probe::default()
+            ..probe_action(format!("/v2/models/{name}/ready"))
         }),
         // The server binds its ports only after loading, so this covers the load.
         startup_probe: Some(Probe {
-            http_get: Some(http_get("/v2/health/ready".into())),
             period_seconds: Some(STARTUP_PERIOD_SECS),
             timeout_seconds: Some(5),
             failure_threshold: Some(STARTUP_FAILURES),
-            ..Probe::default()
+            ..probe_action("/v2/health/ready".into())
         }),
         // The kubelet's own sleep action: no shell or `sleep` binary needed in the image.
         lifecycle: Some(Lifecycle {
@@ -277,11 +360,33 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         }),
         // A crash's last log lines become the termination message the status reports.
         termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_mounts: Some(vec![
-            mount(MODELS_VOLUME, MODELS_PATH, false),
-            mount(CONFIG_VOLUME, CONFIG_PATH, true),
-        ]),
+        volume_mounts: Some({
+            let mut mounts = vec![
+                mount(MODELS_VOLUME, MODELS_PATH, false),
+                mount(CONFIG_VOLUME, CONFIG_PATH, true),
+                mount(TMP_VOLUME, TMP_PATH, false),
+            ];
+            if tls.is_some() {
+                mounts.push(mount(TLS_VOLUME, TLS_PATH, true));
+            }
+            mounts
+        }),
+        security_context: Some(restricted()),
         ..Container::default()
+    }
+}
+
+/// What the restricted Pod Security Standard asks of every container.
+fn restricted() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
     }
 }
 
@@ -289,6 +394,7 @@ fn fetch_container(model: &InferenceModel, image: &str) -> Container {
     let mut mounts = vec![
         mount(MODELS_VOLUME, MODELS_PATH, false),
         mount(CONFIG_VOLUME, CONFIG_PATH, true),
+        mount(TMP_VOLUME, TMP_PATH, false),
     ];
     if let Some((_, path)) = pvc_source(&model.spec.source.uri) {
         mounts.push(VolumeMount {
@@ -316,6 +422,7 @@ fn fetch_container(model: &InferenceModel, image: &str) -> Container {
         env_from: credentials(model),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         volume_mounts: Some(mounts),
+        security_context: Some(restricted()),
         ..Container::default()
     }
 }
@@ -392,7 +499,22 @@ fn volumes(model: &InferenceModel) -> Vec<Volume> {
             }),
             ..Volume::default()
         },
+        Volume {
+            name: TMP_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        },
     ];
+    if let Some(tls) = model.spec.server.as_ref().and_then(|s| s.tls.as_ref()) {
+        volumes.push(Volume {
+            name: TLS_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
     if let Some((claim, _)) = pvc_source(&model.spec.source.uri) {
         volumes.push(Volume {
             name: SOURCE_VOLUME.into(),

@@ -100,9 +100,14 @@ impl Env {
     }
 
     /// Creates `namespace` (idempotent) and waits for its default ServiceAccount,
-    /// without which no pod can be created there.
+    /// without which no pod can be created there. Every namespace enforces
+    /// the restricted Pod Security Standard, so a serving pod (or the
+    /// chart's operator pod) that asks for more than it needs is refused.
     pub async fn namespace(&self, namespace: &str) -> Result<()> {
-        let yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n");
+        let yaml = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n  labels:\n    \
+             pod-security.kubernetes.io/enforce: restricted\n    pod-security.kubernetes.io/enforce-version: latest\n"
+        );
         self.kubectl_stdin(["apply", "-f", "-"], &yaml).await?;
         crate::wait::until("the default ServiceAccount", crate::wait::LONG, || async {
             self.kubectl(["get", "serviceaccount", "default", "-n", namespace])

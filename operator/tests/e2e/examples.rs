@@ -20,6 +20,28 @@ const NAMESPACE: &str = "examples";
 
 pub async fn run(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
+    // The namespace really enforces the restricted Pod Security Standard, so
+    // the serving pods below becoming Ready means they comply.
+    let insecure = env
+        .kubectl_output(
+            [
+                "run",
+                "insecure",
+                "-n",
+                NAMESPACE,
+                "--image",
+                SERVER_IMAGE,
+                "--restart",
+                "Never",
+            ],
+            None,
+        )
+        .await?;
+    let refusal = String::from_utf8_lossy(&insecure.stderr);
+    ensure!(
+        !insecure.status.success() && refusal.contains("violates PodSecurity \"restricted:latest\""),
+        "a pod without a securityContext was not refused: {refusal}"
+    );
     for example in ["cpu-mlp.yaml", "s3-with-secret.yaml", "ensemble.yaml"] {
         let path = env.path(&format!("deploy/examples/{example}"));
         env.kubectl(["apply", "-n", NAMESPACE, "-f", path.to_str().unwrap_or_default()])

@@ -38,7 +38,10 @@ impl BodyAccount {
 
 /// The reservation a handler takes from its request, or none outside this layer.
 pub fn take_reservation(extensions: &http::Extensions) -> Reservation {
-    extensions.get::<BodyAccount>().map(BodyAccount::take).unwrap_or_default()
+    extensions
+        .get::<BodyAccount>()
+        .map(BodyAccount::take)
+        .unwrap_or_default()
 }
 
 #[derive(Debug, Clone)]

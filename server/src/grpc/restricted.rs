@@ -81,7 +81,10 @@ where
             return Either::Left(self.inner.call(request));
         };
         let headers = request.headers();
-        match self.apis.check(group, |key| headers.get(key).map(http::HeaderValue::as_bytes)) {
+        match self
+            .apis
+            .check(group, |key| headers.get(key).map(http::HeaderValue::as_bytes))
+        {
             Ok(()) => Either::Left(self.inner.call(request)),
             Err(e) => Either::Right(ready(Ok(to_status(e).into_http()))),
         }
@@ -94,13 +97,19 @@ mod tests {
 
     #[test]
     fn every_method_has_its_group() {
-        assert_eq!(group("/inference.GRPCInferenceService/ModelInfer"), Some(ApiGroup::Inference));
+        assert_eq!(
+            group("/inference.GRPCInferenceService/ModelInfer"),
+            Some(ApiGroup::Inference)
+        );
         assert_eq!(
             group("/inference.GRPCInferenceService/RepositoryModelUnload"),
             Some(ApiGroup::ModelRepository)
         );
         assert_eq!(group("/grpc.health.v1.Health/Check"), Some(ApiGroup::Health));
-        assert_eq!(group("/inference.GRPCInferenceService/LogSettings"), Some(ApiGroup::Logging));
+        assert_eq!(
+            group("/inference.GRPCInferenceService/LogSettings"),
+            Some(ApiGroup::Logging)
+        );
         assert_eq!(group("/other.Service/ModelInfer"), None);
     }
 }

@@ -116,7 +116,9 @@ mod tests {
 
     fn chunked(chunks: Vec<&'static [u8]>) -> Body {
         Body::from_stream(stream::iter(
-            chunks.into_iter().map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
         ))
     }
 
@@ -124,9 +126,14 @@ mod tests {
     async fn reads_and_reserves_every_byte() {
         let budget = MemoryBudget::new(100);
         let mut reservation = budget.reservation();
-        let body = read(chunked(vec![b"hello ", b"world"]), &HeaderMap::new(), limits(64), &mut reservation)
-            .await
-            .unwrap();
+        let body = read(
+            chunked(vec![b"hello ", b"world"]),
+            &HeaderMap::new(),
+            limits(64),
+            &mut reservation,
+        )
+        .await
+        .unwrap();
         assert_eq!(body, "hello world");
         assert_eq!(reservation.bytes(), 11);
     }
@@ -148,9 +155,14 @@ mod tests {
     #[tokio::test]
     async fn oversized_bodies_are_refused_while_streaming() {
         let mut reservation = Reservation::default();
-        let e = read(chunked(vec![b"0123456789", b"0123456789"]), &HeaderMap::new(), limits(15), &mut reservation)
-            .await
-            .unwrap_err();
+        let e = read(
+            chunked(vec![b"0123456789", b"0123456789"]),
+            &HeaderMap::new(),
+            limits(15),
+            &mut reservation,
+        )
+        .await
+        .unwrap_err();
         assert!(e.message().contains("maximum allowed input size of 15 bytes"), "{e}");
     }
 

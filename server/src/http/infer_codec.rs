@@ -301,7 +301,14 @@ mod tests {
 
     #[test]
     fn rejects_malformed_requests() {
-        let e = decode("m", None, Bytes::from_static(b"{not json"), None, Reservation::default()).unwrap_err();
+        let e = decode(
+            "m",
+            None,
+            Bytes::from_static(b"{not json"),
+            None,
+            Reservation::default(),
+        )
+        .unwrap_err();
         assert!(
             e.message().starts_with("failed to parse the request JSON buffer"),
             "{e}"

@@ -112,10 +112,7 @@ impl Sink {
     fn push(&mut self, value: Scalar<'_>) -> std::result::Result<(), String> {
         self.count += 1;
         if self.count > self.expected {
-            return Err(format!(
-                "it has more elements than its shape needs ({})",
-                self.expected
-            ));
+            return Err(format!("it has more elements than its shape needs ({})", self.expected));
         }
         let invalid = || format!("{value} is not a valid {} value", self.datatype);
         macro_rules! int {

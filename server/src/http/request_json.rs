@@ -211,14 +211,21 @@ mod tests {
         assert!(e.to_string().contains("more than 64 parameters"), "{e}");
 
         // A repeated key does not count twice.
-        let text = format!(r#"{{"parameters":{{{}}},"inputs":[]}}"#, vec![r#""k":1"#; 100].join(","));
+        let text = format!(
+            r#"{{"parameters":{{{}}},"inputs":[]}}"#,
+            vec![r#""k":1"#; 100].join(",")
+        );
         assert_eq!(parse(&text).unwrap().parameters.0.len(), 1);
     }
 
     #[test]
     fn parameter_values_must_be_scalars() {
         let e = parse(r#"{"parameters":{"p":[0,0,0]},"inputs":[]}"#).err().unwrap();
-        assert!(e.to_string().contains("parameter 'p' to be a boolean, number or string"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("parameter 'p' to be a boolean, number or string"),
+            "{e}"
+        );
         let e = parse(r#"{"parameters":{"p":{"q":1}},"inputs":[]}"#).err().unwrap();
         assert!(e.to_string().contains("parameter 'p'"), "{e}");
     }

@@ -260,7 +260,10 @@ mod tests {
 
     fn error(mut req: InferRequest) -> String {
         let id = std::mem::take(&mut req.id);
-        normalize(&simple(), "simple", &id, req).unwrap_err().message().to_string()
+        normalize(&simple(), "simple", &id, req)
+            .unwrap_err()
+            .message()
+            .to_string()
     }
 
     #[test]

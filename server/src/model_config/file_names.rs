@@ -27,7 +27,10 @@ pub fn check(config: &ModelConfig) -> Result<()> {
     }
     for output in &config.output {
         if !output.label_filename.is_empty() {
-            check_name(&output.label_filename, &format!("label_filename of output '{}'", output.name))?;
+            check_name(
+                &output.label_filename,
+                &format!("label_filename of output '{}'", output.name),
+            )?;
         }
     }
     Ok(())
@@ -88,15 +91,31 @@ mod tests {
         for good in ["labels.txt", "sub/labels.txt", "./labels.txt", "labels[1].txt"] {
             check(&with_label(good)).unwrap();
         }
-        for bad in ["/proc/self/environ", "/etc/hostname", "../x", "a/../../x", "sub/..", ".", "a\0b"] {
+        for bad in [
+            "/proc/self/environ",
+            "/etc/hostname",
+            "../x",
+            "a/../../x",
+            "sub/..",
+            ".",
+            "a\0b",
+        ] {
             let e = check(&with_label(bad)).unwrap_err();
-            assert!(e.message().contains("must be a relative path inside the model folder"), "{bad}: {e}");
+            assert!(
+                e.message().contains("must be a relative path inside the model folder"),
+                "{bad}: {e}"
+            );
         }
         let escaping = ModelConfig {
             default_model_filename: "../../model.onnx".into(),
             ..Default::default()
         };
-        assert!(check(&escaping).unwrap_err().message().contains("default_model_filename"));
+        assert!(
+            check(&escaping)
+                .unwrap_err()
+                .message()
+                .contains("default_model_filename")
+        );
     }
 
     #[test]

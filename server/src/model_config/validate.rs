@@ -78,7 +78,9 @@ fn not_yet_supported(config: &ModelConfig) -> Result<()> {
             ));
         }
         Some(SchedulingChoice::EnsembleScheduling(_)) => {
-            return Err(Error::unsupported("ensemble_scheduling is not supported by this server yet"));
+            return Err(Error::unsupported(
+                "ensemble_scheduling is not supported by this server yet",
+            ));
         }
         Some(SchedulingChoice::DynamicBatching(_)) | None => {}
     }
@@ -177,7 +179,10 @@ mod tests {
     fn refuses_what_it_cannot_serve_yet() {
         let io = r#"input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#;
         for (extra, needle) in [
-            ("sequence_batching { max_sequence_idle_microseconds: 5000000 }", "sequence_batching"),
+            (
+                "sequence_batching { max_sequence_idle_microseconds: 5000000 }",
+                "sequence_batching",
+            ),
             ("model_transaction_policy { decoupled: true }", "decoupled"),
         ] {
             let err = validate(&parse(&format!("{io} {extra}")).unwrap()).unwrap_err();

@@ -225,7 +225,10 @@ mod tests {
         ]
         .map(|(k, v)| (k.to_string(), v.to_string()));
         let s3 = store_options("aws_", vars.clone().into_iter());
-        assert_eq!(s3, vec![("aws_endpoint_url".to_string(), "http://127.0.0.1:9000".to_string())]);
+        assert_eq!(
+            s3,
+            vec![("aws_endpoint_url".to_string(), "http://127.0.0.1:9000".to_string())]
+        );
         let gs = store_options("google_", vars.into_iter());
         assert_eq!(gs, vec![("google_service_account".to_string(), "/sa.json".to_string())]);
     }

@@ -57,7 +57,12 @@ pub struct Acceptor {
 }
 
 impl Acceptor {
-    pub fn new(name: &'static str, listener: TcpListener, limits: ConnectionLimits, tls: Option<Arc<ReloadingTls>>) -> Self {
+    pub fn new(
+        name: &'static str,
+        listener: TcpListener,
+        limits: ConnectionLimits,
+        tls: Option<Arc<ReloadingTls>>,
+    ) -> Self {
         Acceptor {
             listener,
             limits,

@@ -111,7 +111,10 @@ mod tests {
         assert_eq!(&read[..], H2_PREFACE);
         drop(client);
         let mut rest = Vec::new();
-        Prefixed::new(Bytes::new(), server).read_to_end(&mut rest).await.unwrap();
+        Prefixed::new(Bytes::new(), server)
+            .read_to_end(&mut rest)
+            .await
+            .unwrap();
         assert_eq!(rest, b"frames");
     }
 }

@@ -81,7 +81,9 @@ impl ReloadingTls {
                         state.stamp = now;
                     }
                     // Rotations write several files; a half-done one is retried next time.
-                    Err(reason) => tracing::warn!(%reason, "TLS files changed but do not load; keeping the previous ones"),
+                    Err(reason) => {
+                        tracing::warn!(%reason, "TLS files changed but do not load; keeping the previous ones")
+                    }
                 }
             }
         }
@@ -118,9 +120,13 @@ fn build(settings: &TlsSettings, alpn: &[Vec<u8>]) -> Result<Arc<ServerConfig>, 
         (None, true) => return Err("mutual TLS needs the root certificate clients are checked against".into()),
         (_, false) => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("the certificate '{}' and key '{}' do not go together: {e}", settings.cert.display(), settings.key.display()))?;
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| {
+        format!(
+            "the certificate '{}' and key '{}' do not go together: {e}",
+            settings.cert.display(),
+            settings.key.display()
+        )
+    })?;
     config.alpn_protocols = alpn.to_vec();
     Ok(Arc::new(config))
 }
