@@ -281,15 +281,17 @@ async fn infer(
         reply.insert(infer_codec::HEADER_LENGTH, HeaderValue::from(n));
     }
     let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
-    let body = match compression::accepted(accept) {
+    let (body, allocated) = match compression::accepted(accept) {
         Some(encoding) => {
             reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
-            compression::compress(encoding, &encoded.body)
+            let packed = compression::compress(encoding, &encoded.body);
+            let allocated = packed.len();
+            (packed, allocated)
         }
-        None => encoded.body,
+        None => (encoded.body, encoded.allocated),
     };
     // The answer is held until it is sent: it counts like the request did.
-    reservation.grow(body.len()).map_err(Error::from)?;
+    reservation.grow(allocated).map_err(Error::from)?;
     Ok((reply, Body::new(ReservedBody::new(body, reservation))).into_response())
 }
 

@@ -33,9 +33,12 @@
 //! memory_budget                   the global cap on request bytes held at once
 //! ```
 //!
+//! `allocator` holds the server's one `unsafe` call (glibc's mallopt).
+//!
 //! `main.rs` wires it: flags into options, the front ends onto their
 //! listeners, and the shutdown sequence.
 
+pub mod allocator;
 pub mod backend;
 pub mod batch;
 pub mod datatype;

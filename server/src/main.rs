@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use nereid_server::allocator;
 use nereid_server::backend::onnx;
 use nereid_server::grpc::{self, GrpcOptions};
 use nereid_server::http::body::BodyLimits;
@@ -232,6 +233,7 @@ fn tls(port: &str, settings: Option<TlsSettings>, alpn: &[&[u8]]) -> Result<Opti
 }
 
 fn main() -> Result<()> {
+    allocator::return_large_blocks_to_the_os();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,ort=warn")))

@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 
 use super::compression;
 use crate::error::{Error, Result};
-use crate::memory_budget::Reservation;
+use crate::memory_budget::{Exhausted, Reservation};
 
 /// The limits every request body is read under.
 #[derive(Debug, Clone, Copy)]
@@ -59,15 +59,23 @@ async fn collect(body: Body, announced: Option<u64>, limit: usize, reservation: 
         ))
     };
     // The announced size is reserved up front: a body that cannot fit is
-    // refused before it is read. Frames beyond it (a lying client) are
-    // reserved as they come.
+    // refused before any of it is kept. Frames beyond it (a lying client)
+    // are reserved as they come.
+    //
+    // A refused body is still read to its end (within the size limit and the
+    // timeout), but discarded: a server that answers while the client is
+    // still sending closes a socket with unread data, the kernel resets the
+    // connection, and the client sees a reset instead of the 503.
+    let mut refused: Option<Exhausted> = None;
     let mut prepaid = match announced {
         Some(n) if n > limit as u64 => return Err(too_large()),
-        Some(n) => {
-            let n = n as usize;
-            reservation.grow(n)?;
-            n
-        }
+        Some(n) => match reservation.grow(n as usize) {
+            Ok(()) => n as usize,
+            Err(e) => {
+                refused = Some(e);
+                0
+            }
+        },
         None => 0,
     };
     let expected = prepaid;
@@ -85,9 +93,17 @@ async fn collect(body: Body, announced: Option<u64>, limit: usize, reservation: 
         if total > limit {
             return Err(too_large());
         }
+        if refused.is_some() {
+            continue;
+        }
         let unpaid = data.len().saturating_sub(prepaid);
         prepaid -= data.len() - unpaid;
-        reservation.grow(unpaid)?;
+        if let Err(e) = reservation.grow(unpaid) {
+            refused = Some(e);
+            first = None;
+            buffer = BytesMut::new();
+            continue;
+        }
         match first.take() {
             None if buffer.is_empty() => first = Some(data),
             Some(head) => {
@@ -98,7 +114,10 @@ async fn collect(body: Body, announced: Option<u64>, limit: usize, reservation: 
             None => buffer.extend_from_slice(&data),
         }
     }
-    Ok(first.unwrap_or_else(|| buffer.freeze()))
+    match refused {
+        Some(e) => Err(e.into()),
+        None => Ok(first.unwrap_or_else(|| buffer.freeze())),
+    }
 }
 
 #[cfg(test)]

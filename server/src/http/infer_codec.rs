@@ -187,6 +187,9 @@ pub fn decode(
 pub struct EncodedResponse {
     pub body: Bytes,
     pub header_length: Option<usize>,
+    /// Bytes of memory the body holds: its allocation, which JSON's growing
+    /// buffer can leave larger than its length.
+    pub allocated: usize,
 }
 
 /// The response header in Triton's key order (name, datatype, shape, data).
@@ -248,6 +251,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
     let json = serde_json::to_vec(&header).expect("the response header serializes");
     if blobs.is_empty() {
         return EncodedResponse {
+            allocated: json.capacity(),
             body: Bytes::from(json),
             header_length: None,
         };
@@ -260,6 +264,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
         body.put_slice(blob);
     }
     EncodedResponse {
+        allocated: body.capacity(),
         body: body.freeze(),
         header_length: Some(header_length),
     }

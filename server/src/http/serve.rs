@@ -21,6 +21,12 @@ use crate::transport::Acceptor;
 /// How long an HTTP/2 client has to answer a keep-alive PING.
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// HTTP/1.1 read buffer per connection (hyper's default is ~400 KiB). Body
+/// bytes are copied out of it at once, so a bigger buffer only saves a few
+/// reads per megabyte, while a thousand connections would hold 400 MiB
+/// outside the memory budget.
+pub const READ_BUFFER: usize = 64 << 10;
+
 /// Protocol limits of the HTTP port.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpServeOptions {
@@ -68,6 +74,7 @@ pub async fn serve(
         } else {
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
+                .max_buf_size(READ_BUFFER)
                 .header_read_timeout(options.header_read_timeout)
                 .serve_connection(io, service);
             tokio::spawn(graceful.watch(conn));
