@@ -135,7 +135,13 @@ fn worker(
     };
     let _ = ready.send(Ok(()));
     for job in jobs.iter() {
-        run(source, instance.as_mut(), job);
+        // `run` already contains a panic in the batch it runs; this second
+        // guard keeps the thread (and every request queued behind it) alive
+        // even if bookkeeping around the batch ever panics. Requests whose
+        // replies are lost that way get "stopped before answering".
+        if std::panic::catch_unwind(AssertUnwindSafe(|| run(source, instance.as_mut(), job))).is_err() {
+            tracing::error!(model = %source.model, version = source.version, "a job panicked outside its batch; the instance goes on");
+        }
         if let Some(idle) = &source.idle {
             let _ = idle.send(());
         }
