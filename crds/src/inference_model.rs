@@ -7,6 +7,7 @@
 
 mod autoscaling;
 mod config;
+mod network;
 mod resources;
 mod scheduling;
 mod server;
@@ -15,6 +16,7 @@ mod status;
 
 pub use autoscaling::{Autoscaling, AutoscalingMetric};
 pub use config::{DynamicBatching, InstanceGroup, InstanceKind, ModelConfigOverride};
+pub use network::ModelNetworkPolicy;
 pub use resources::ModelResources;
 pub use scheduling::Scheduling;
 pub use server::{RepositoryApi, ServerPorts, ServerSpec, ServerTls};
@@ -87,4 +89,7 @@ pub struct InferenceModelSpec {
     /// Horizontal autoscaling on the server's own metrics (queue time, pending requests, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
+    /// Who may reach the serving pods (a NetworkPolicy); absent, no policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<ModelNetworkPolicy>,
 }

@@ -10,15 +10,18 @@
 //! - [`deployment`]: the serving pods.
 //! - [`service`]: the in-cluster HTTP, gRPC and metrics endpoints.
 //! - [`pdb`]: the disruption budget that keeps voluntary evictions gentle.
+//! - [`network_policy`]: who may reach the pods, when the spec says.
 
 pub mod config_map;
 pub mod deployment;
 pub mod labels;
+pub mod network_policy;
 pub mod pdb;
 pub mod service;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use nereid_crds::InferenceModel;
 
@@ -32,6 +35,8 @@ pub struct Desired {
     pub deployment: Deployment,
     pub service: Service,
     pub pdb: PodDisruptionBudget,
+    /// `None` when the spec asks for none (an existing one is then deleted).
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// Builds every object of `model`. The Deployment's pod template carries the
@@ -43,6 +48,7 @@ pub fn desired(model: &InferenceModel, config: &OperatorConfig) -> Desired {
         deployment: deployment::deployment(model, config, &hash),
         service: service::service(model),
         pdb: pdb::pdb(model),
+        network_policy: network_policy::network_policy(model),
         config_map,
     }
 }

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -111,7 +112,7 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
 
     // 3 and 4. Build and apply.
     let desired = builders::desired(model, &ctx.config);
-    let deployment = apply::apply_all(&ctx.client, &namespace, desired, &ctx.config.field_manager).await?;
+    let deployment = apply::apply_all(&ctx.client, &namespace, desired, &ctx.config.field_manager, &name).await?;
 
     // 5. Observe.
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -218,6 +219,7 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<String>, stop: Cancellation
         .owns(scoped::<Deployment>(&client, scope), managed.clone())
         .owns(scoped::<Service>(&client, scope), managed.clone())
         .owns(scoped::<PodDisruptionBudget>(&client, scope), managed.clone())
+        .owns(scoped::<NetworkPolicy>(&client, scope), managed.clone())
         .watches(scoped::<Pod>(&client, scope), managed, |pod| {
             watches::model_of_pod(&pod)
         })

@@ -9,11 +9,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Container, EnvVar, PodSpec, Probe, SecretKeySelector, Toleration, TopologySpreadConstraint,
 };
+use k8s_openapi::api::networking::v1::{NetworkPolicyIngressRule, NetworkPolicyPeer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nereid_crds::{
-    Autoscaling, AutoscalingMetric, InferenceModel, InferenceModelSpec, ModelConfigOverride, ModelResources,
-    RepositoryApi, Scheduling, ServerPorts, ServerSpec, ServerTls,
+    Autoscaling, AutoscalingMetric, InferenceModel, InferenceModelSpec, ModelConfigOverride, ModelNetworkPolicy,
+    ModelResources, RepositoryApi, Scheduling, ServerPorts, ServerSpec, ServerTls,
 };
 use nereid_operator::builders::deployment::{CONFIG_HASH_ANNOTATION, FETCH_CONTAINER, SERVER_CONTAINER};
 use nereid_operator::builders::{self, labels};
@@ -317,6 +319,58 @@ fn tls_mounts_the_secret_and_serves_both_ports_with_it() {
     assert!(args.iter().any(|a| a == "--grpc-root-cert=/etc/nereid/tls/ca.crt"));
     // The kubelet cannot present a client certificate: the probes check the port.
     assert!(c.readiness_probe.as_ref().unwrap().tcp_socket.is_some());
+}
+
+#[test]
+fn a_network_policy_admits_only_the_named_peers() {
+    assert!(builders::desired(&model(), &config()).network_policy.is_none());
+    let mut m = model();
+    m.spec.network_policy = Some(ModelNetworkPolicy::default());
+    let policy = builders::desired(&m, &config()).network_policy.unwrap();
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.pod_selector, Some(labels::label_selector(&m)));
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+    let rules = spec.ingress.unwrap();
+    let ports = |r: &NetworkPolicyIngressRule| -> Vec<IntOrString> {
+        r.ports.iter().flatten().filter_map(|p| p.port.clone()).collect()
+    };
+    assert_eq!(ports(&rules[0]), vec![IntOrString::Int(8000), IntOrString::Int(8001)]);
+    assert_eq!(ports(&rules[1]), vec![IntOrString::Int(8002)]);
+    // Empty: the model's own namespace, for both rules.
+    let own_namespace = NetworkPolicyPeer {
+        pod_selector: Some(Default::default()),
+        ..NetworkPolicyPeer::default()
+    };
+    assert_eq!(rules[0].from, Some(vec![own_namespace.clone()]));
+    assert_eq!(rules[1].from, Some(vec![own_namespace]));
+
+    let gateway = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([("name".to_string(), "nereid-system".to_string())])),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    };
+    let monitoring = NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([("name".to_string(), "monitoring".to_string())])),
+            ..LabelSelector::default()
+        }),
+        ..NetworkPolicyPeer::default()
+    };
+    m.spec.network_policy = Some(ModelNetworkPolicy {
+        from: vec![gateway.clone()],
+        metrics_from: vec![monitoring.clone()],
+    });
+    let rules = builders::desired(&m, &config())
+        .network_policy
+        .unwrap()
+        .spec
+        .unwrap()
+        .ingress
+        .unwrap();
+    assert_eq!(rules[0].from, Some(vec![gateway]));
+    assert_eq!(rules[1].from, Some(vec![monitoring]));
 }
 
 #[test]

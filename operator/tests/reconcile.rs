@@ -103,7 +103,9 @@ impl ApiServer {
         body
     }
 
-    /// Expects the four owned objects, in order; the Deployment is answered with `deployment`.
+    /// Expects the four owned objects, in order, then the removal of a
+    /// NetworkPolicy the spec does not ask for (answered: there is none); the
+    /// Deployment is answered with `deployment`.
     async fn expect_objects(&mut self, deployment: &Deployment) -> [Value; 4] {
         let config_map = self
             .expect_apply("/api/v1/namespaces/ml/configmaps/resnet-config", Value::clone)
@@ -121,6 +123,21 @@ impl ApiServer {
                 Value::clone,
             )
             .await;
+        let (request, send) = self.next("the NetworkPolicy removal").await;
+        assert_eq!(request.method(), Method::DELETE);
+        assert_eq!(
+            request.uri().path(),
+            "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/resnet"
+        );
+        respond(
+            send,
+            StatusCode::NOT_FOUND,
+            &status_body(
+                404,
+                "NotFound",
+                "networkpolicies.networking.k8s.io \"resnet\" not found",
+            ),
+        );
         [config_map, sent_deployment, service, pdb]
     }
 
@@ -367,9 +384,10 @@ async fn a_missing_secret_is_a_condition_and_the_objects_still_apply() {
         matches!(&error, Error::MissingSecret(name) if name == "s3-creds"),
         "{error}"
     );
+    // Secrets are not watched: the check is retried soon.
     assert_eq!(
         error_policy(Arc::new(m), &error, ctx),
-        Action::requeue(Duration::from_secs(60))
+        Action::requeue(Duration::from_secs(5))
     );
 }
 

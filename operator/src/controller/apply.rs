@@ -11,7 +11,8 @@ use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use nereid_crds::{InferenceModel, InferenceModelStatus};
 use serde::Serialize;
@@ -22,16 +23,32 @@ use crate::error::Error;
 
 /// Applies every desired object, the ConfigMap first (the pods mount it),
 /// and returns the Deployment as the API server now has it (with its status).
+/// A NetworkPolicy the spec no longer asks for is deleted: unlike the other
+/// objects it is optional, so the garbage collector cannot be left to it.
 pub async fn apply_all(
     client: &Client,
     namespace: &str,
     desired: Desired,
     field_manager: &str,
+    name: &str,
 ) -> Result<Deployment, Error> {
     apply(client, namespace, &desired.config_map, field_manager).await?;
     let deployment = apply(client, namespace, &desired.deployment, field_manager).await?;
     apply(client, namespace, &desired.service, field_manager).await?;
     apply(client, namespace, &desired.pdb, field_manager).await?;
+    match &desired.network_policy {
+        Some(policy) => {
+            apply(client, namespace, policy, field_manager).await?;
+        }
+        None => {
+            let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+            match policies.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
     Ok(deployment)
 }
 

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::DynamicObject;
@@ -42,7 +43,12 @@ pub async fn run(env: &Env) -> Result<()> {
         !insecure.status.success() && refusal.contains("violates PodSecurity \"restricted:latest\""),
         "a pod without a securityContext was not refused: {refusal}"
     );
-    for example in ["cpu-mlp.yaml", "s3-with-secret.yaml", "ensemble.yaml"] {
+    for example in [
+        "cpu-mlp.yaml",
+        "s3-with-secret.yaml",
+        "ensemble.yaml",
+        "locked-down.yaml",
+    ] {
         let path = env.path(&format!("deploy/examples/{example}"));
         env.kubectl(["apply", "-n", NAMESPACE, "-f", path.to_str().unwrap_or_default()])
             .await
@@ -92,6 +98,8 @@ pub async fn run(env: &Env) -> Result<()> {
         fetch.env_from
     );
 
+    check_locked_down(env).await?;
+
     // ensemble.yaml: its two step models serve, and the ModelEnsemble is stored.
     models::ready(env, NAMESPACE, "preprocess", 1).await?;
     models::ready(env, NAMESPACE, "classifier", 1).await?;
@@ -107,6 +115,55 @@ pub async fn run(env: &Env) -> Result<()> {
         .await?;
     let steps = ensemble.data["spec"]["steps"].as_array().map_or(0, Vec::len);
     ensure!(steps == 2, "the stored ensemble has {steps} steps");
+    Ok(())
+}
+
+/// locked-down.yaml: a NetworkPolicy owned by the model (gone when the spec
+/// drops it), the repository API behind the Secret's header, TLS from a
+/// Secret; and its pods still pass the namespace's restricted standard.
+async fn check_locked_down(env: &Env) -> Result<()> {
+    let model = models::ready(env, NAMESPACE, "locked-mlp", 1).await?;
+    let policies = Api::<NetworkPolicy>::namespaced(env.client.clone(), NAMESPACE);
+    let policy = policies.get("locked-mlp").await?;
+    controlled_by(&policy, &model)?;
+    let rules = policy.spec.and_then(|s| s.ingress).unwrap_or_default();
+    ensure!(rules.len() == 2, "{rules:?}");
+    let deployment = Api::<Deployment>::namespaced(env.client.clone(), NAMESPACE)
+        .get("locked-mlp")
+        .await?;
+    let pod = deployment.spec.template.spec.context("pod template")?;
+    let server = pod
+        .containers
+        .iter()
+        .find(|c| c.name == SERVER_CONTAINER)
+        .context("no server container")?;
+    let args = server.args.clone().unwrap_or_default();
+    for wanted in [
+        "--http-restricted-api=model-repository:nereid-repository-key=$(NEREID_REPOSITORY_API_KEY)",
+        "--grpc-use-ssl",
+        "--http-server-cert=/etc/nereid/tls/tls.crt",
+    ] {
+        ensure!(args.iter().any(|a| a == wanted), "{wanted} not in {args:?}");
+    }
+    env.kubectl([
+        "patch",
+        "inferencemodel",
+        "locked-mlp",
+        "-n",
+        NAMESPACE,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/networkPolicy"}]"#,
+    ])
+    .await?;
+    crate::wait::until("the NetworkPolicy to go", crate::wait::LONG, || async {
+        match policies.get_opt("locked-mlp").await? {
+            None => Ok(()),
+            Some(_) => anyhow::bail!("still there"),
+        }
+    })
+    .await?;
     Ok(())
 }
 

@@ -1,0 +1,63 @@
+//! The NetworkPolicy of an InferenceModel's pods, when its spec asks for one.
+//!
+//! Ingress only: the HTTP and gRPC ports from `spec.networkPolicy.from` (the
+//! model's namespace when empty), the metrics port from `metricsFrom` (the
+//! same peers when empty). Egress is left alone: pods fetch models from
+//! object storage and remote ensemble steps call other models.
+
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use nereid_crds::InferenceModel;
+
+use super::{labels, service};
+
+/// The policy, named like the model; `None` when the spec has none.
+pub fn network_policy(model: &InferenceModel) -> Option<NetworkPolicy> {
+    let wanted = model.spec.network_policy.as_ref()?;
+    let ports = service::ports(model);
+    let port = |number: i32| NetworkPolicyPort {
+        port: Some(IntOrString::Int(number)),
+        protocol: Some("TCP".into()),
+        ..NetworkPolicyPort::default()
+    };
+    // An empty pod selector without a namespace selector: every pod of the
+    // policy's own namespace.
+    let same_namespace = || {
+        vec![NetworkPolicyPeer {
+            pod_selector: Some(LabelSelector::default()),
+            ..NetworkPolicyPeer::default()
+        }]
+    };
+    let callers = if wanted.from.is_empty() {
+        same_namespace()
+    } else {
+        wanted.from.clone()
+    };
+    let scrapers = if wanted.metrics_from.is_empty() {
+        callers.clone()
+    } else {
+        wanted.metrics_from.clone()
+    };
+    Some(NetworkPolicy {
+        metadata: labels::object_meta(model, model.name_any()),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(labels::label_selector(model)),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![
+                NetworkPolicyIngressRule {
+                    from: Some(callers),
+                    ports: Some(vec![port(ports.http), port(ports.grpc)]),
+                },
+                NetworkPolicyIngressRule {
+                    from: Some(scrapers),
+                    ports: Some(vec![port(ports.metrics)]),
+                },
+            ]),
+            ..NetworkPolicySpec::default()
+        }),
+    })
+}
