@@ -1,0 +1,274 @@
+//! The fuzz targets: every decoder that sees client bytes, fed arbitrary
+//! bytes, with the properties each must keep.
+//!
+//! Shared by the coverage-guided fuzzers (`server/fuzz`, cargo-fuzz on
+//! nightly) and by `tests/fuzz_regressions.rs`, which replays the committed
+//! corpus seeds and a bounded random walk on every `cargo test`. Properties:
+//!
+//! - no panic, whatever the bytes;
+//! - every error is the client's (invalid argument, unsupported, or the
+//!   memory budget), never an internal one;
+//! - memory stays bounded: the peak allocated while decoding is at most a
+//!   small multiple of the input (plus a fixed allowance), measured by the
+//!   counting allocator each harness installs ([`CountingAllocator`]).
+
+#![allow(dead_code)]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use nereid_proto::inference::ModelInferRequest;
+use nereid_server::datatype::DataType;
+use nereid_server::error::{Error, ErrorKind};
+use nereid_server::http::{compression, infer_codec, json_tensor};
+use nereid_server::memory_budget::{MemoryBudget, Reservation};
+use nereid_server::model::normalize::normalize;
+use nereid_server::model_config::{file_names, json as config_json, text, validate};
+use nereid_server::tensor::{Tensor, count_bytes_elements};
+use prost::Message;
+
+/// A fuzz target: takes any bytes, panics only when a property breaks.
+pub type Target = fn(&[u8]);
+
+/// The targets, by the names the fuzzers and the corpus folders use.
+pub const TARGETS: [(&str, Target); 7] = [
+    ("http_infer_body", http_infer_body),
+    ("json_tensor_data", json_tensor_data),
+    ("grpc_infer_request", grpc_infer_request),
+    ("bytes_elements", bytes_elements),
+    ("decompress", decompress),
+    ("config_pbtxt", config_pbtxt),
+    ("config_json", config_json),
+];
+
+/// How much a decoder may allocate beyond a multiple of its input: the
+/// fixed cost of a few small structures.
+const ALLOWANCE: usize = 1 << 20;
+/// The multiple: JSON data "1," (2 bytes) becomes 8 bytes of INT64 or FP64,
+/// plus the body itself and the decoder's bookkeeping.
+const FACTOR: usize = 16;
+/// The decompression limit the `decompress` target runs with.
+const INFLATE_LIMIT: usize = 1 << 20;
+
+/// A global allocator that counts live bytes and their peak.
+pub struct CountingAllocator;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the
+// counters only observe the sizes.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(live, Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: same contract as the caller's.
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            if new_size >= layout.size() {
+                let live = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
+                PEAK.fetch_max(live, Ordering::Relaxed);
+            } else {
+                LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        new
+    }
+}
+
+/// Runs one target on `data`, checking that its peak allocation stays within
+/// `FACTOR * data.len() + extra + ALLOWANCE`. Meaningful only in a process
+/// whose global allocator is [`CountingAllocator`] and which runs one input
+/// at a time.
+pub fn run(target: Target, data: &[u8], extra: usize) {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    target(data);
+    let grown = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    let bound = FACTOR * data.len() + extra + ALLOWANCE;
+    assert!(
+        grown <= bound,
+        "decoding {} bytes allocated {grown} bytes at peak (bound {bound})",
+        data.len()
+    );
+}
+
+/// Extra memory a target may use beyond the multiple of its input.
+pub fn extra_allowance(name: &str) -> usize {
+    if name == "decompress" { 2 * INFLATE_LIMIT } else { 0 }
+}
+
+/// Loads what every target uses once (descriptor pools, lazies), so that
+/// one-time setup is not counted against the first input.
+pub fn warm_up() {
+    for (_, target) in TARGETS {
+        target(b"");
+        target(b"{}");
+    }
+    let _ = config_json::from_json("{\"name\":\"x\"}");
+    let _ = text::parse("name: \"x\"");
+}
+
+fn client_error(e: &Error, what: &str) {
+    assert!(
+        matches!(
+            e.kind(),
+            ErrorKind::InvalidArgument | ErrorKind::Unsupported | ErrorKind::ResourceExhausted
+        ),
+        "{what}: a client's bytes caused a {:?} error: {e}",
+        e.kind()
+    );
+}
+
+/// A model every decoded request is normalized against: two inputs, one
+/// batching, one fixed-shape BYTES.
+fn model() -> nereid_proto::inference::ModelConfig {
+    text::parse(
+        r#"name: "m" max_batch_size: 8
+           input [ { name: "A" data_type: TYPE_FP32 dims: [ -1 ] }, { name: "S" data_type: TYPE_STRING dims: [ 2 ] optional: true } ]
+           output [ { name: "B" data_type: TYPE_FP32 dims: [ -1 ] } ]"#,
+    )
+    .expect("the fuzz model config parses")
+}
+
+/// The HTTP infer body: JSON header, binary extension, JSON data; then the
+/// core's request checks. The first byte says where the JSON header ends
+/// (0: no Inference-Header-Content-Length).
+pub fn http_infer_body(data: &[u8]) {
+    let Some((&split, body)) = data.split_first() else {
+        return;
+    };
+    let header_length = (split > 0).then(|| usize::from(split).min(body.len()));
+    let budget = MemoryBudget::new(64 * data.len() + (1 << 20));
+    let decoded = infer_codec::decode(
+        "m",
+        None,
+        Bytes::copy_from_slice(body),
+        header_length,
+        budget.reservation(),
+    );
+    match decoded {
+        Ok(decoded) => {
+            let mut request = decoded.request;
+            let id = std::mem::take(&mut request.id);
+            if let Err(e) = normalize(&model(), "m", &id, request) {
+                client_error(&e, "normalize");
+            }
+        }
+        Err(e) => client_error(&e, "http decode"),
+    }
+}
+
+/// JSON tensor data for every datatype. Byte 0 picks the datatype, bytes
+/// 1..3 the element count, the rest is the `data` text.
+pub fn json_tensor_data(data: &[u8]) {
+    if data.len() < 3 {
+        return;
+    }
+    let datatypes = DataType::ALL;
+    let datatype = datatypes[usize::from(data[0]) % datatypes.len()];
+    let expected = usize::from(u16::from_le_bytes([data[1], data[2]]));
+    let Ok(text) = std::str::from_utf8(&data[3..]) else {
+        return;
+    };
+    let Ok(raw) = serde_json::from_str::<&serde_json::value::RawValue>(text) else {
+        return;
+    };
+    if let Err(e) = json_tensor::decode("X", datatype, raw, expected, &mut Reservation::default()) {
+        client_error(&e, "json data");
+    }
+}
+
+/// A gRPC ModelInferRequest as protobuf bytes, then into the core request
+/// and through the request checks.
+pub fn grpc_infer_request(data: &[u8]) {
+    let Ok(message) = ModelInferRequest::decode(data) else {
+        return;
+    };
+    match nereid_server::grpc::convert::request(message) {
+        Ok(mut request) => {
+            let id = std::mem::take(&mut request.id);
+            if let Err(e) = normalize(&model(), "m", &id, request) {
+                client_error(&e, "normalize");
+            }
+        }
+        Err(e) => client_error(&e, "grpc convert"),
+    }
+}
+
+/// Serialized BYTES tensors: counting, and checking against a shape.
+pub fn bytes_elements(data: &[u8]) {
+    if let Err(e) = count_bytes_elements(data) {
+        client_error(&e, "bytes count");
+    }
+    let claimed = i64::from(data.first().copied().unwrap_or(0));
+    let tensor = Tensor::new("S", DataType::Bytes, vec![claimed], Bytes::copy_from_slice(data));
+    if let Err(e) = tensor.check_data_size() {
+        client_error(&e, "bytes size");
+    }
+}
+
+/// gzip (even first byte) or deflate bodies, inflated under a limit.
+pub fn decompress(data: &[u8]) {
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
+    let encoding = if which % 2 == 0 {
+        compression::Encoding::Gzip
+    } else {
+        compression::Encoding::Deflate
+    };
+    if let Err(e) = compression::decompress(encoding, body, INFLATE_LIMIT, &mut Reservation::default()) {
+        client_error(&e, "decompress");
+    }
+}
+
+/// config.pbtxt text, then the checks a loaded config goes through.
+pub fn config_pbtxt(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match text::parse(text) {
+        Ok(config) => check_config(&config),
+        Err(e) => client_error(&e, "pbtxt"),
+    }
+}
+
+/// The repository API's JSON config override, and as a merge patch.
+pub fn config_json(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match config_json::from_json(text) {
+        Ok(config) => check_config(&config),
+        Err(e) => client_error(&e, "json config"),
+    }
+    if let Err(e) = config_json::merge_patch(&model(), text) {
+        client_error(&e, "json patch");
+    }
+}
+
+fn check_config(config: &nereid_proto::inference::ModelConfig) {
+    if let Err(e) = file_names::check(config) {
+        client_error(&e, "file names");
+    }
+    if let Err(e) = validate::validate(config) {
+        client_error(&e, "validate");
+    }
+}
