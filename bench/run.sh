@@ -72,7 +72,7 @@ perf echo-http http "$echo_http" echo --shape INPUT0:1,256 --datatype INPUT0:FP3
 echo "== 3. nereid-server"
 # Idle memory with the default repository alone, as the README runs it.
 "$bin/nereid-server" --model-repository examples/models \
-    --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 >"$out/server-idle.log" 2>&1 &
+    --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$out/server-idle.log" 2>&1 &
 idle_server=$!
 pids+=($idle_server)
 wait_for_line "$out/server-idle.log" "Started HTTPService" >/dev/null
@@ -82,7 +82,7 @@ kill -TERM "$idle_server"; wait "$idle_server" || true
 echo "idle RSS, examples/models: $(cat "$out/server-idle-rss-kib.txt") KiB"
 
 "$bin/nereid-server" --model-repository examples/models --model-repository bench/models \
-    --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 >"$out/server.log" 2>&1 &
+    --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$out/server.log" 2>&1 &
 server=$!
 pids+=($server)
 http=$(wait_for_line "$out/server.log" "Started HTTPService" | sed -E 's/.*at ([0-9.:]+).*/\1/')

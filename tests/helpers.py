@@ -54,6 +54,7 @@ BROKEN_REPO_MODELS = {
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _HTTP_RE = re.compile(r"Started HTTPService at ([0-9.]+):(\d+)")
 _GRPC_RE = re.compile(r"Started GRPCInferenceService at ([0-9.]+):(\d+)")
+_METRICS_RE = re.compile(r"Started Metrics Service at ([0-9.]+):(\d+)")
 
 
 # --------------------------------------------------------------------------
@@ -140,6 +141,7 @@ class NereidServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
         self._lines: list[str] = []
         self._lock = threading.Lock()
         self._ports_found = threading.Event()
@@ -159,6 +161,10 @@ class NereidServer:
         return f"http://{HOST}:{self.http_port}"
 
     @property
+    def metrics_url(self) -> str:
+        return f"http://{HOST}:{self.metrics_port}/metrics"
+
+    @property
     def grpc_url(self) -> str:
         return f"{HOST}:{self.grpc_port}"
 
@@ -173,6 +179,7 @@ class NereidServer:
         cmd += [
             "--http-address", HOST, "--http-port", "0",
             "--grpc-address", HOST, "--grpc-port", "0",
+            "--metrics-address", HOST, "--metrics-port", "0",
         ]
         cmd += self.extra_args
         return cmd
@@ -212,6 +219,10 @@ class NereidServer:
                 m = _GRPC_RE.search(line)
                 if m:
                     self.grpc_port = int(m.group(2))
+            if self.metrics_port is None:
+                m = _METRICS_RE.search(line)
+                if m:
+                    self.metrics_port = int(m.group(2))
             if self.http_port is not None and self.grpc_port is not None:
                 self._ports_found.set()
         self._eof.set()

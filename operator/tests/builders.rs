@@ -202,6 +202,8 @@ fn the_server_loads_exactly_this_model_from_the_fetched_folder() {
         "8000",
         "--grpc-port",
         "8001",
+        "--metrics-port",
+        "8002",
     ];
     assert_eq!(&args[..expected_prefix.len()], expected_prefix);
     let patch = args

@@ -29,7 +29,9 @@ use self::status::to_status;
 use crate::error::Error;
 use crate::in_flight::{InFlight, InFlightLayer};
 use crate::memory_budget::MemoryBudget;
+use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
+use crate::parameter::Parameter;
 use crate::restricted_api::RestrictedApis;
 use crate::server::InferenceServer;
 use crate::transport::Acceptor;
@@ -51,6 +53,8 @@ pub struct GrpcOptions {
     pub budget: Arc<MemoryBudget>,
     /// `--grpc-restricted-protocol`.
     pub restricted: Arc<RestrictedApis>,
+    /// The server's metrics (the front end's in-flight gauge).
+    pub metrics: Arc<Metrics>,
 }
 
 pub struct InferenceService {
@@ -82,7 +86,7 @@ pub async fn serve(
         .http2_keepalive_interval(Some(options.keepalive_time))
         .http2_keepalive_timeout(Some(options.keepalive_timeout))
         // Outermost: a request counts until its response is fully sent.
-        .layer(InFlightLayer::new(in_flight))
+        .layer(InFlightLayer::new(in_flight, options.metrics.in_flight("grpc")))
         // Refused calls cost nothing further: checked before the body is read.
         .layer(RestrictLayer::new(options.restricted))
         .layer(BudgetLayer::new(options.budget, options.body_timeout))
@@ -331,8 +335,42 @@ impl GrpcInferenceService for InferenceService {
         unimplemented("TraceSetting")
     }
 
-    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> GrpcResult<LogSettingsResponse> {
-        unimplemented("LogSettings")
+    async fn log_settings(&self, request: Request<LogSettingsRequest>) -> GrpcResult<LogSettingsResponse> {
+        use log_settings_request::setting_value::ParameterChoice as In;
+        use log_settings_response::setting_value::ParameterChoice as Out;
+        let mut changes = Vec::new();
+        for (key, value) in request.into_inner().settings {
+            let value = match value.parameter_choice {
+                Some(In::BoolParam(b)) => Parameter::Bool(b),
+                Some(In::Uint32Param(n)) => Parameter::Int(i64::from(n)),
+                Some(In::StringParam(s)) => Parameter::String(s),
+                None => return Err(Status::invalid_argument(format!("log setting '{key}' has no value"))),
+            };
+            changes.push((key, value));
+        }
+        let settings = if changes.is_empty() {
+            self.server.log_settings()
+        } else {
+            self.server.update_log_settings(&changes).map_err(to_status)?
+        };
+        let value = |choice: Out| log_settings_response::SettingValue {
+            parameter_choice: Some(choice),
+        };
+        let settings = [
+            ("log_file", value(Out::StringParam(String::new()))),
+            ("log_info", value(Out::BoolParam(settings.info))),
+            ("log_warning", value(Out::BoolParam(settings.warning))),
+            ("log_error", value(Out::BoolParam(settings.error))),
+            ("log_verbose_level", value(Out::Uint32Param(settings.verbose_level))),
+            (
+                "log_format",
+                value(Out::StringParam(settings.format.as_str().to_string())),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        Ok(Response::new(LogSettingsResponse { settings }))
     }
 }
 

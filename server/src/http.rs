@@ -28,8 +28,11 @@ use self::body::BodyLimits;
 use self::error::{HttpError, with_status};
 use crate::error::Error;
 use crate::in_flight::{InFlight, InFlightLayer};
+use crate::logging::LogSettings;
 use crate::memory_budget::{MemoryBudget, Reservation};
+use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
+use crate::parameter::Parameter;
 use crate::restricted_api::{ApiGroup, RestrictedApis};
 use crate::server::{InferenceServer, TensorMetadata, VersionStatistics, parse_version};
 use crate::statistics::StatDuration;
@@ -50,6 +53,8 @@ pub struct HttpOptions {
     pub budget: Arc<MemoryBudget>,
     /// `--http-restricted-api`.
     pub restricted: Arc<RestrictedApis>,
+    /// The server's metrics (the front end's in-flight gauge).
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Clone)]
@@ -113,6 +118,10 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc
                 .route("/v2/repository/models/{model}/unload", post(unload)),
         ))
         .merge(group(
+            ApiGroup::Logging,
+            Router::new().route("/v2/logging", get(log_settings).post(update_log_settings)),
+        ))
+        .merge(group(
             ApiGroup::SharedMemory,
             Router::new()
                 .route("/v2/systemsharedmemory/status", get(shared_memory))
@@ -128,7 +137,7 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc
         ))
         .fallback(|| async { with_status(StatusCode::NOT_FOUND, "Not Found") })
         // Outermost, so a request counts until its response is fully sent.
-        .layer(InFlightLayer::new(in_flight))
+        .layer(InFlightLayer::new(in_flight, state.options.metrics.in_flight("http")))
         .with_state(state)
 }
 
@@ -452,4 +461,43 @@ async fn unload(State(s): State<AppState>, Path(model): Path<String>, headers: H
 /// saying the extension is not there (rather than a bare 404).
 async fn shared_memory() -> HandlerResult {
     Err(Error::unsupported("shared memory (system and CUDA) is not supported by this server").into())
+}
+
+/// The logging extension's settings in Triton's JSON shape.
+fn log_settings_json(settings: &LogSettings) -> Value {
+    json!({
+        "log_file": "",
+        "log_info": settings.info,
+        "log_warning": settings.warning,
+        "log_error": settings.error,
+        "log_verbose_level": settings.verbose_level,
+        "log_format": settings.format.as_str(),
+    })
+}
+
+async fn log_settings(State(s): State<AppState>) -> Response {
+    axum::Json(log_settings_json(&s.server.log_settings())).into_response()
+}
+
+async fn update_log_settings(State(s): State<AppState>, headers: HeaderMap, body: Body) -> HandlerResult {
+    let Value::Object(changes) = control_body(&s, &headers, body).await? else {
+        return Err(Error::invalid("the log settings must be a JSON object").into());
+    };
+    let mut parsed = Vec::with_capacity(changes.len());
+    for (key, value) in changes {
+        let value = match value {
+            Value::Bool(b) => Parameter::Bool(b),
+            Value::String(text) => Parameter::String(text),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Parameter::Int(i),
+                None => return Err(Error::invalid(format!("log setting '{key}' must be an integer, got {n}")).into()),
+            },
+            other => {
+                return Err(Error::invalid(format!("log setting '{key}' has an unsupported value {other}")).into());
+            }
+        };
+        parsed.push((key, value));
+    }
+    let settings = s.server.update_log_settings(&parsed)?;
+    Ok(axum::Json(log_settings_json(&settings)).into_response())
 }

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
+use prometheus::IntGauge;
 use tokio::sync::Notify;
 use tower::{Layer, Service};
 
@@ -34,9 +35,10 @@ impl InFlight {
         self.count.load(Ordering::Acquire)
     }
 
-    fn enter(self: &Arc<Self>) -> Guard {
+    fn enter(self: &Arc<Self>, gauge: &IntGauge) -> Guard {
         self.count.fetch_add(1, Ordering::AcqRel);
-        Guard(Arc::clone(self))
+        gauge.inc();
+        Guard(Arc::clone(self), gauge.clone())
     }
 
     /// Resolves once no request is in flight.
@@ -53,23 +55,28 @@ impl InFlight {
 }
 
 /// One request's share of the count; released on drop.
-struct Guard(Arc<InFlight>);
+struct Guard(Arc<InFlight>, IntGauge);
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        self.1.dec();
         if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
         }
     }
 }
 
-/// A tower layer counting requests into an [`InFlight`].
+/// A tower layer counting requests into an [`InFlight`], and into the
+/// front end's `nereid_requests_in_flight` gauge.
 #[derive(Debug, Clone)]
-pub struct InFlightLayer(Arc<InFlight>);
+pub struct InFlightLayer {
+    in_flight: Arc<InFlight>,
+    gauge: IntGauge,
+}
 
 impl InFlightLayer {
-    pub fn new(in_flight: Arc<InFlight>) -> Self {
-        InFlightLayer(in_flight)
+    pub fn new(in_flight: Arc<InFlight>, gauge: IntGauge) -> Self {
+        InFlightLayer { in_flight, gauge }
     }
 }
 
@@ -79,7 +86,8 @@ impl<S> Layer<S> for InFlightLayer {
     fn layer(&self, inner: S) -> Self::Service {
         InFlightService {
             inner,
-            in_flight: Arc::clone(&self.0),
+            in_flight: Arc::clone(&self.in_flight),
+            gauge: self.gauge.clone(),
         }
     }
 }
@@ -88,6 +96,7 @@ impl<S> Layer<S> for InFlightLayer {
 pub struct InFlightService<S> {
     inner: S,
     in_flight: Arc<InFlight>,
+    gauge: IntGauge,
 }
 
 impl<S, Req, B> Service<http::Request<Req>> for InFlightService<S>
@@ -104,7 +113,7 @@ where
     }
 
     fn call(&mut self, request: http::Request<Req>) -> Self::Future {
-        let guard = self.in_flight.enter();
+        let guard = self.in_flight.enter(&self.gauge);
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
@@ -148,8 +157,10 @@ mod tests {
     async fn idle_waits_for_every_guard() {
         let in_flight = InFlight::new();
         in_flight.idle().await;
-        let a = in_flight.enter();
-        let b = in_flight.enter();
+        let gauge = IntGauge::new("g", "in flight").unwrap();
+        let a = in_flight.enter(&gauge);
+        let b = in_flight.enter(&gauge);
+        assert_eq!(gauge.get(), 2);
         assert_eq!(in_flight.count(), 2);
         let waiter = tokio::spawn({
             let in_flight = Arc::clone(&in_flight);

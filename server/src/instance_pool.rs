@@ -156,12 +156,14 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
     let mut inputs = Vec::with_capacity(job.requests.len());
     let mut sizes = Vec::with_capacity(job.requests.len());
     for pending in job.requests {
+        // Out of the queue either way: its pending count drops with it.
         let Some(tensors) = pending.payload.take() else {
             continue;
         };
         if pending.reply.is_closed() {
             continue;
         }
+        drop(pending.queued);
         source
             .statistics
             .record_queue(started.saturating_duration_since(pending.arrived));
@@ -172,6 +174,7 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
     if replies.is_empty() {
         return;
     }
+    let _executing = source.statistics.executing(replies.len());
     // Nothing below may take the thread down: a panic anywhere (backend,
     // batch assembly, statistics, splitting) fails this batch and only it.
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -234,6 +237,7 @@ mod tests {
             batch_size: 1,
             reply: Reply::direct(tx),
             arrived: Instant::now(),
+            queued: crate::metrics::ModelMetrics::none().pending(),
         };
         (pending, rx)
     }

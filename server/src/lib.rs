@@ -25,6 +25,8 @@
 //! batch                           requests into one batch, outputs back per request
 //! instance_pool                   one thread per instance, executing batches
 //! statistics                      Triton's statistics extension
+//! metrics                         Prometheus metrics with Triton's names, recorded with the statistics
+//! logging                         tracing with Triton's log settings, changeable at run time
 //! backend                         the Backend trait; onnx (ort) and builtin (identity, add_sub)
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
@@ -48,7 +50,9 @@ pub mod grpc;
 pub mod http;
 pub mod in_flight;
 pub mod instance_pool;
+pub mod logging;
 pub mod memory_budget;
+pub mod metrics;
 pub mod model;
 pub mod model_config;
 pub mod model_lifecycle;

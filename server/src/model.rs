@@ -14,6 +14,7 @@ use crate::backend::{self, Device};
 use crate::dynamic_batch_scheduler::{BatcherConfig, DynamicBatchScheduler};
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, InstanceSource, Placement};
+use crate::metrics::{FailureReason, Metrics};
 use crate::model_config::{BackendKind, file_names, parameter};
 use crate::request::InferRequest;
 use crate::response::InferResponse;
@@ -40,7 +41,9 @@ impl Model {
         version_dir: &Path,
         config: Arc<ModelConfig>,
         kind: BackendKind,
+        metrics: &Arc<Metrics>,
     ) -> Result<Model> {
+        let started = std::time::Instant::now();
         let mut labels = HashMap::new();
         let model_dir = version_dir.parent().unwrap_or(version_dir);
         for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
@@ -51,7 +54,7 @@ impl Model {
             labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
         }
         let placements = placements(&config)?;
-        let statistics = Arc::new(ModelStatistics::default());
+        let statistics = Arc::new(ModelStatistics::new(metrics.model(name, version)));
         let batching = match &config.scheduling_choice {
             Some(SchedulingChoice::DynamicBatching(batching)) => Some(BatcherConfig::from_config(&config, batching)?),
             _ => None,
@@ -85,6 +88,7 @@ impl Model {
             )?),
             _ => Scheduler::Default(pool),
         };
+        statistics.metrics().load_duration(started.elapsed());
         Ok(Model {
             name: name.to_string(),
             version,
@@ -114,10 +118,20 @@ impl Model {
     /// Checks a request, runs it on a free instance and shapes the response.
     #[tracing::instrument(skip_all, fields(model = %self.name, version = self.version, request_id = %request.id))]
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
-        let arrived = std::time::Instant::now();
-        let outcome = self.run(request).await;
-        self.statistics.record_request(outcome.is_ok(), arrived.elapsed());
-        outcome
+        // Recorded once whatever happens; if this future is dropped before
+        // the answer (the client went away), the request counts as CANCELED.
+        let mut outcome = Outcome {
+            statistics: &self.statistics,
+            arrived: std::time::Instant::now(),
+            failure: Some(FailureReason::Canceled),
+        };
+        let result = self.run(request).await;
+        outcome.failure = result.as_ref().err().map(FailureReason::of);
+        match &result {
+            Ok(_) => tracing::debug!("inference done"),
+            Err(e) => tracing::debug!(error = %e, "inference failed"),
+        }
+        result
     }
 
     async fn run(&self, mut request: InferRequest) -> Result<InferResponse> {
@@ -129,7 +143,7 @@ impl Model {
         let normalized = normalize::normalize(&self.config, &self.name, &id, request)?;
         let produced = self
             .scheduler
-            .schedule(normalized.inputs, normalized.batch_size, &parameters)
+            .schedule(normalized.inputs, normalized.batch_size, &parameters, &self.statistics)
             .await?;
         let batching = self.config.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(normalized.outputs.len());
@@ -172,6 +186,19 @@ impl Model {
             tensor.shape = shape;
         }
         tensor
+    }
+}
+
+/// Records a request's end in the statistics (and metrics) when dropped.
+struct Outcome<'a> {
+    statistics: &'a ModelStatistics,
+    arrived: std::time::Instant,
+    failure: Option<FailureReason>,
+}
+
+impl Drop for Outcome<'_> {
+    fn drop(&mut self) {
+        self.statistics.record_request(self.failure, self.arrived.elapsed());
     }
 }
 

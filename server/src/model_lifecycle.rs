@@ -16,6 +16,7 @@ use nereid_proto::inference::{
 
 use crate::backend;
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::model::Model;
 use crate::model_config::{BackendKind, autocomplete, file_names, validate::validate};
 use crate::repository::{ModelFiles, select_versions};
@@ -28,12 +29,24 @@ pub struct PreparedModel {
 }
 
 /// How models are loaded, the same for every load.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct LoadOptions {
     /// Complete missing config fields from the model file.
     pub autocomplete: bool,
     /// Per model, a JSON file merged over its `config.pbtxt` (`--model-config-patch`).
     pub patches: BTreeMap<String, std::path::PathBuf>,
+    /// Where every loaded version registers its metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            autocomplete: false,
+            patches: BTreeMap::new(),
+            metrics: Metrics::disabled(),
+        }
+    }
 }
 
 /// Reads, completes and checks a model's config. An override from the
@@ -154,12 +167,24 @@ fn fill_defaults(config: &mut ModelConfig) {
 }
 
 /// Loads every version of a prepared model; each version succeeds or fails on its own.
-pub fn load_versions(name: &str, prepared: &PreparedModel) -> BTreeMap<i64, Result<Arc<Model>>> {
+pub fn load_versions(
+    name: &str,
+    prepared: &PreparedModel,
+    metrics: &Arc<Metrics>,
+) -> BTreeMap<i64, Result<Arc<Model>>> {
     prepared
         .versions
         .iter()
         .map(|(version, dir)| {
-            let loaded = Model::load(name, *version, dir, Arc::clone(&prepared.config), prepared.kind).map(Arc::new);
+            let loaded = Model::load(
+                name,
+                *version,
+                dir,
+                Arc::clone(&prepared.config),
+                prepared.kind,
+                metrics,
+            )
+            .map(Arc::new);
             (*version, loaded)
         })
         .collect()

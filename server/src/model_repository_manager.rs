@@ -152,7 +152,7 @@ impl ModelRepositoryManager {
         let owned_name = name.to_string();
         let outcome = tokio::task::spawn_blocking(move || {
             let prepared = model_lifecycle::prepare(&owned_name, &dir, config_override, &options)?;
-            Ok::<_, Error>(model_lifecycle::load_versions(&owned_name, &prepared))
+            Ok::<_, Error>(model_lifecycle::load_versions(&owned_name, &prepared, &options.metrics))
         })
         .await
         .unwrap_or_else(|e| Err(Error::internal(format!("model load panicked: {e}"))));

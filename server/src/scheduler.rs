@@ -17,7 +17,9 @@ use crate::batch::BatchKey;
 use crate::dynamic_batch_scheduler::DynamicBatchScheduler;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, Job};
+use crate::metrics::model::GaugeGuard;
 use crate::parameter::Parameters;
+use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
 
 pub use ordering::Reply;
@@ -35,6 +37,9 @@ pub struct Pending {
     pub reply: Reply,
     /// When the request reached its scheduler (queue time starts here).
     pub arrived: Instant,
+    /// Counts the request in `nv_inference_pending_request_count` until its
+    /// execution starts or it is dropped (answered early, expired, cancelled).
+    pub queued: GaugeGuard,
 }
 
 pub enum Scheduler {
@@ -51,6 +56,7 @@ impl Scheduler {
         inputs: Vec<Tensor>,
         batch_size: usize,
         parameters: &Parameters,
+        statistics: &ModelStatistics,
     ) -> Result<Vec<Tensor>> {
         // The batch key is read before the inputs move into the payload.
         let key = match self {
@@ -65,6 +71,7 @@ impl Scheduler {
             batch_size,
             reply: Reply::direct(tx),
             arrived: Instant::now(),
+            queued: statistics.pending(),
         };
         match self {
             Scheduler::Default(pool) => pool.try_submit(Job::single(pending))?,

@@ -10,9 +10,11 @@ use nereid_proto::inference::ModelConfig;
 
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
+use crate::logging::{LogControl, LogSettings};
 use crate::model::Model;
 use crate::model_config::{input_datatype, output_datatype};
 use crate::model_repository_manager::{IndexEntry, ModelRepositoryManager};
+use crate::parameter::Parameter;
 use crate::request::InferRequest;
 use crate::response::InferResponse;
 use crate::statistics::StatsSnapshot;
@@ -26,6 +28,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 ];
 
 /// `/v2` server metadata.
@@ -67,15 +70,27 @@ pub struct InferenceServer {
     name: String,
     manager: ModelRepositoryManager,
     ready: AtomicBool,
+    log: Arc<LogControl>,
 }
 
 impl InferenceServer {
-    pub fn new(name: String, manager: ModelRepositoryManager) -> Arc<Self> {
+    pub fn new(name: String, manager: ModelRepositoryManager, log: Arc<LogControl>) -> Arc<Self> {
         Arc::new(InferenceServer {
             name,
             manager,
             ready: AtomicBool::new(false),
+            log,
         })
+    }
+
+    /// The logging extension's settings.
+    pub fn log_settings(&self) -> LogSettings {
+        self.log.settings()
+    }
+
+    /// Changes log settings by Triton's keys; all or nothing.
+    pub fn update_log_settings(&self, changes: &[(String, Parameter)]) -> Result<LogSettings> {
+        self.log.update(changes)
     }
 
     pub fn manager(&self) -> &ModelRepositoryManager {

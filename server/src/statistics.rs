@@ -1,5 +1,8 @@
 //! Triton's statistics extension: per model version counters and durations.
 //!
+//! The same calls record the model's Prometheus metrics ([`ModelMetrics`]),
+//! so `/metrics` and the statistics API count the same events.
+//!
 //! Updated once per execution and once per request, under a mutex that is
 //! held for a few additions (saturating: no count or duration can overflow,
 //! so recording never panics on an instance thread); read by `/v2/models/.../stats` and gRPC
@@ -11,6 +14,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
+
+use crate::metrics::model::GaugeGuard;
+use crate::metrics::{FailureReason, ModelMetrics};
 
 /// A count and the total time it took, in nanoseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,18 +75,47 @@ pub struct StatsSnapshot {
     pub batch_stats: BTreeMap<u64, BatchStats>,
 }
 
-#[derive(Debug, Default)]
 pub struct ModelStatistics {
     inner: Mutex<StatsSnapshot>,
+    metrics: ModelMetrics,
+}
+
+impl Default for ModelStatistics {
+    /// Statistics without metrics.
+    fn default() -> Self {
+        ModelStatistics::new(ModelMetrics::none())
+    }
 }
 
 impl ModelStatistics {
+    pub fn new(metrics: ModelMetrics) -> Self {
+        ModelStatistics {
+            inner: Mutex::new(StatsSnapshot::default()),
+            metrics,
+        }
+    }
+
+    pub fn metrics(&self) -> &ModelMetrics {
+        &self.metrics
+    }
+
+    /// Counts a request as waiting in the queue until the guard drops.
+    pub fn pending(&self) -> GaugeGuard {
+        self.metrics.pending()
+    }
+
+    /// Counts `n` requests as executing until the guard drops.
+    pub fn executing(&self, n: usize) -> GaugeGuard {
+        self.metrics.executing(n)
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut StatsSnapshot) -> R) -> R {
         f(&mut self.inner.lock())
     }
 
     /// One model execution of `batch_size` inferences made of `requests` requests.
     pub fn record_execution(&self, batch_size: u64, requests: u64, timing: ComputeTiming) {
+        self.metrics.executed(batch_size, requests, timing);
         self.with(|s| {
             s.inference_count = s.inference_count.saturating_add(batch_size);
             s.execution_count = s.execution_count.saturating_add(1);
@@ -105,17 +140,16 @@ impl ModelStatistics {
 
     /// A request's time in the queue, recorded when its batch starts.
     pub fn record_queue(&self, waited: Duration) {
+        self.metrics.queued(waited);
         self.with(|s| s.inference_stats.queue.add(1, waited));
     }
 
-    /// A request's end, from arrival to response.
-    pub fn record_request(&self, success: bool, total: Duration) {
-        self.with(|s| {
-            if success {
-                s.inference_stats.success.add(1, total);
-            } else {
-                s.inference_stats.fail.add(1, total);
-            }
+    /// A request's end, from arrival to response: success, or failure and why.
+    pub fn record_request(&self, failure: Option<FailureReason>, total: Duration) {
+        self.metrics.request_done(failure, total);
+        self.with(|s| match failure {
+            None => s.inference_stats.success.add(1, total),
+            Some(_) => s.inference_stats.fail.add(1, total),
         });
     }
 
@@ -149,8 +183,8 @@ mod tests {
         stats.record_execution(4, 3, timing);
         stats.record_execution(1, 1, timing);
         stats.record_queue(Duration::from_micros(5));
-        stats.record_request(true, Duration::from_micros(20));
-        stats.record_request(false, Duration::from_micros(7));
+        stats.record_request(None, Duration::from_micros(20));
+        stats.record_request(Some(FailureReason::Other), Duration::from_micros(7));
         let s = stats.snapshot();
         assert_eq!(s.inference_count, 5);
         assert_eq!(s.execution_count, 2);
@@ -172,8 +206,8 @@ mod tests {
         };
         stats.record_execution(u64::MAX, u64::MAX, huge);
         stats.record_execution(u64::MAX, u64::MAX, huge);
-        stats.record_request(true, Duration::MAX);
-        stats.record_request(true, Duration::MAX);
+        stats.record_request(None, Duration::MAX);
+        stats.record_request(None, Duration::MAX);
         let s = stats.snapshot();
         assert_eq!(s.inference_count, u64::MAX);
         assert_eq!(

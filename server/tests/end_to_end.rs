@@ -376,6 +376,8 @@ fn exit_on_error_stops_with_the_reason() {
             "127.0.0.1",
             "--grpc-port",
             "0",
+            "--metrics-port",
+            "0",
         ])
         .arg("--exit-on-error")
         .env("NO_COLOR", "1")

@@ -277,6 +277,8 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         ports.http.to_string(),
         "--grpc-port".to_string(),
         ports.grpc.to_string(),
+        "--metrics-port".to_string(),
+        ports.metrics.to_string(),
         "--exit-timeout-secs".to_string(),
         EXIT_TIMEOUT_SECS.to_string(),
         // spec.config, merged by the server over the repository's config.pbtxt.

@@ -168,6 +168,7 @@ mod tests {
                 batch_size: tag,
                 reply: Reply::direct(tx),
                 arrived: Instant::now(),
+                queued: crate::metrics::ModelMetrics::none().pending(),
             },
             key: BatchKey::of(&[]),
             level,

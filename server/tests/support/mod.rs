@@ -13,6 +13,8 @@ pub struct TestServer {
     child: Child,
     pub http: String,
     pub grpc: String,
+    /// `http://host:port` of the metrics port.
+    pub metrics: String,
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -53,10 +55,10 @@ impl TestServer {
             .arg(repository)
             .args(["--http-address", "127.0.0.1", "--http-port", "0"])
             .args(["--grpc-address", "127.0.0.1", "--grpc-port", "0"])
+            .args(["--metrics-address", "127.0.0.1", "--metrics-port", "0"])
             .args(["--exit-timeout-secs", "10"])
             .args(extra)
             .env("ORT_DYLIB_PATH", onnxruntime_library())
-            .env("RUST_LOG", "info,ort=warn")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -71,6 +73,7 @@ impl TestServer {
                 for (marker, kind) in [
                     ("Started HTTPService at ", "http"),
                     ("Started GRPCInferenceService at ", "grpc"),
+                    ("Started Metrics Service at ", "metrics"),
                 ] {
                     if let Some(at) = line.find(marker) {
                         let addr = line[at + marker.len()..].trim().to_string();
@@ -80,10 +83,12 @@ impl TestServer {
                 sink.lock().unwrap().push(line);
             }
         });
-        let (mut http, mut grpc) = (None, None);
+        let (mut http, mut grpc, mut metrics) = (None, None, None);
+        // The metrics port is announced before HTTP's, so HTTP's line comes last.
         while http.is_none() || grpc.is_none() {
             match rx.recv_timeout(Duration::from_secs(60)) {
                 Ok((kind, addr)) if kind == "http" => http = Some(addr),
+                Ok((kind, addr)) if kind == "metrics" => metrics = Some(addr),
                 Ok((_, addr)) => grpc = Some(addr),
                 Err(_) => {
                     let _ = child.kill();
@@ -95,6 +100,7 @@ impl TestServer {
             child,
             http: format!("http://{}", http.unwrap()),
             grpc: format!("http://{}", grpc.unwrap()),
+            metrics: metrics.map(|m| format!("http://{m}")).unwrap_or_default(),
             log,
         }
     }
