@@ -216,7 +216,7 @@ def test_conflicting_restriction_flags_stop_the_server_with_tritons_words(tmp_pa
     result = subprocess.run(
         [
             str(helpers.server_binary()), "--model-repository", str(EXAMPLES_MODELS),
-            "--http-port", "0", "--grpc-port", "0", "--http-address", HOST, "--grpc-address", HOST,
+            "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0", "--http-address", HOST, "--grpc-address", HOST,
             "--grpc-restricted-protocol", "model-repository,health:k1=v1",
             "--grpc-restricted-protocol", "metadata,health:k2=v2",
         ],

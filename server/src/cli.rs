@@ -77,6 +77,13 @@ pub struct Args {
     #[command(flatten)]
     pub log: LogArgs,
 
+    /// Triton's trace settings: `level=TIMESTAMPS`, `rate=N`, `count=N`,
+    /// `mode=opentelemetry`, `opentelemetry,url=<OTLP/gRPC endpoint>`,
+    /// `opentelemetry,resource=<key>=<value>`,
+    /// `opentelemetry,bsp_schedule_delay=<ms>`; may repeat.
+    #[arg(long = "trace-config")]
+    pub trace_config: Vec<String>,
+
     /// Seconds to let in-flight requests finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 30)]
     pub exit_timeout_secs: u64,

@@ -32,8 +32,10 @@ use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
 use crate::parameter::Parameter;
+use crate::request::TRACE_HEADERS;
 use crate::restricted_api::RestrictedApis;
 use crate::server::InferenceServer;
+use crate::trace::settings::Change as TraceChange;
 use crate::transport::Acceptor;
 
 /// Settings of the gRPC front end.
@@ -156,8 +158,10 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
         let reservation = take_reservation(request.extensions());
+        let trace_parent = trace_parent(request.metadata());
         let mut request = convert::request(request.into_inner()).map_err(to_status)?;
         request.reservation = reservation;
+        request.trace_parent = trace_parent;
         let response = self.server.infer(request).await.map_err(to_status)?;
         Ok(Response::new(convert::response(response)))
     }
@@ -171,6 +175,8 @@ impl GrpcInferenceService for InferenceService {
         request: Request<Streaming<ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
         let account = request.extensions().get::<budget::BodyAccount>().cloned();
+        // The stream's metadata is every message's trace parent.
+        let parent = trace_parent(request.metadata());
         let mut incoming = request.into_inner();
         let server = Arc::clone(&self.server);
         let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -181,6 +187,7 @@ impl GrpcInferenceService for InferenceService {
                 let outcome = match convert::request(message) {
                     Ok(mut request) => {
                         request.reservation = reservation;
+                        request.trace_parent = parent.clone();
                         server.infer(request).await
                     }
                     Err(e) => Err(e),
@@ -331,8 +338,43 @@ impl GrpcInferenceService for InferenceService {
         unimplemented("CUDA shared memory")
     }
 
-    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> GrpcResult<TraceSettingResponse> {
-        unimplemented("TraceSetting")
+    async fn trace_setting(&self, request: Request<TraceSettingRequest>) -> GrpcResult<TraceSettingResponse> {
+        let r = request.into_inner();
+        let model = (!r.model_name.is_empty()).then_some(r.model_name.as_str());
+        // An empty value list clears a model's own setting, as in Triton.
+        let changes: Vec<(String, TraceChange)> = r
+            .settings
+            .into_iter()
+            .map(|(key, v)| {
+                let change = if v.value.is_empty() {
+                    TraceChange::Clear
+                } else {
+                    TraceChange::Set(v.value)
+                };
+                (key, change)
+            })
+            .collect();
+        let e = if changes.is_empty() {
+            self.server.trace_settings(model)
+        } else {
+            self.server.update_trace_settings(model, &changes)
+        }
+        .map_err(to_status)?;
+        let value = |v: &str| trace_setting_response::SettingValue {
+            value: vec![v.to_string()],
+        };
+        let settings = [
+            ("trace_file", value("")),
+            ("trace_level", value(e.level.as_str())),
+            ("trace_rate", value(&e.rate.to_string())),
+            ("trace_count", value(&e.count.to_string())),
+            ("log_frequency", value(&e.log_frequency.to_string())),
+            ("trace_mode", value("opentelemetry")),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        Ok(Response::new(TraceSettingResponse { settings }))
     }
 
     async fn log_settings(&self, request: Request<LogSettingsRequest>) -> GrpcResult<LogSettingsResponse> {
@@ -372,6 +414,14 @@ impl GrpcInferenceService for InferenceService {
         .collect();
         Ok(Response::new(LogSettingsResponse { settings }))
     }
+}
+
+/// The client's W3C trace context from the call's metadata.
+fn trace_parent(metadata: &tonic::metadata::MetadataMap) -> Vec<(String, String)> {
+    TRACE_HEADERS
+        .iter()
+        .filter_map(|name| Some((name.to_string(), metadata.get(*name)?.to_str().ok()?.to_string())))
+        .collect()
 }
 
 /// `grpc.health.v1`: SERVING while the server is ready, for any service name.

@@ -33,9 +33,11 @@ use crate::memory_budget::{MemoryBudget, Reservation};
 use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
 use crate::parameter::Parameter;
+use crate::request::TRACE_HEADERS;
 use crate::restricted_api::{ApiGroup, RestrictedApis};
 use crate::server::{InferenceServer, TensorMetadata, VersionStatistics, parse_version};
 use crate::statistics::StatDuration;
+use crate::trace::settings::{Change as TraceChange, Effective as TraceEffective};
 
 pub use self::serve::{HttpServeOptions, serve};
 
@@ -116,6 +118,15 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc
                 .route("/v2/repository/index", post(repository_index))
                 .route("/v2/repository/models/{model}/load", post(load))
                 .route("/v2/repository/models/{model}/unload", post(unload)),
+        ))
+        .merge(group(
+            ApiGroup::Trace,
+            Router::new()
+                .route("/v2/trace/setting", get(trace_settings).post(update_trace_settings))
+                .route(
+                    "/v2/models/{model}/trace/setting",
+                    get(trace_settings).post(update_trace_settings),
+                ),
         ))
         .merge(group(
             ApiGroup::Logging,
@@ -269,7 +280,9 @@ async fn infer(
     let decode = move || infer_codec::decode(&model_name, version, body, header_length, reservation);
     let decoded = if large { offload(decode).await? } else { decode()? };
     let binary_outputs = decoded.binary_outputs;
-    let mut response = s.server.infer(decoded.request).await?;
+    let mut request = decoded.request;
+    request.trace_parent = trace_parent(&headers);
+    let mut response = s.server.infer(request).await?;
     let mut reservation = std::mem::take(&mut response.reservation);
     let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
     let encode = move || infer_codec::encode(&response, &binary_outputs);
@@ -302,6 +315,14 @@ async fn infer(
     // The answer is held until it is sent: it counts like the request did.
     reservation.grow(allocated).map_err(Error::from)?;
     Ok((reply, Body::new(ReservedBody::new(body, reservation))).into_response())
+}
+
+/// The client's W3C trace context headers, if it sent them.
+fn trace_parent(headers: &HeaderMap) -> Vec<(String, String)> {
+    TRACE_HEADERS
+        .iter()
+        .filter_map(|name| Some((name.to_string(), headers.get(*name)?.to_str().ok()?.to_string())))
+        .collect()
 }
 
 /// Runs CPU-heavy codec work on the blocking pool.
@@ -500,4 +521,60 @@ async fn update_log_settings(State(s): State<AppState>, headers: HeaderMap, body
     }
     let settings = s.server.update_log_settings(&parsed)?;
     Ok(axum::Json(log_settings_json(&settings)).into_response())
+}
+
+/// Trace settings in Triton's JSON shape: every value a string (a list for the level).
+fn trace_settings_json(e: &TraceEffective) -> Value {
+    json!({
+        "trace_file": "",
+        "trace_level": [e.level.as_str()],
+        "trace_rate": e.rate.to_string(),
+        "trace_count": e.count.to_string(),
+        "log_frequency": e.log_frequency.to_string(),
+        "trace_mode": "opentelemetry",
+    })
+}
+
+async fn trace_settings(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+    let model = p.get("model").map(String::as_str);
+    Ok(axum::Json(trace_settings_json(&s.server.trace_settings(model)?)).into_response())
+}
+
+async fn update_trace_settings(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> HandlerResult {
+    let model = p.get("model").map(String::as_str);
+    let Value::Object(changes) = control_body(&s, &headers, body).await? else {
+        return Err(Error::invalid("the trace settings must be a JSON object").into());
+    };
+    let mut parsed = Vec::with_capacity(changes.len());
+    for (key, value) in changes {
+        let change = match value {
+            Value::Null => TraceChange::Clear,
+            Value::String(text) => TraceChange::Set(vec![text]),
+            Value::Array(items) => TraceChange::Set(
+                items
+                    .into_iter()
+                    .map(|item| match item {
+                        Value::String(text) => Ok(text),
+                        other => Err(Error::invalid(format!(
+                            "trace setting '{key}' must hold strings, got {other}"
+                        ))),
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => {
+                return Err(Error::invalid(format!(
+                    "trace setting '{key}' must be a string, a list of strings or null, got {other}"
+                ))
+                .into());
+            }
+        };
+        parsed.push((key, change));
+    }
+    let settings = s.server.update_trace_settings(model, &parsed)?;
+    Ok(axum::Json(trace_settings_json(&settings)).into_response())
 }

@@ -22,6 +22,7 @@ use crate::batch;
 use crate::error::{Error, Result};
 use crate::scheduler::Pending;
 use crate::statistics::ModelStatistics;
+use crate::trace::{self, RequestTrace};
 
 /// How many jobs may wait per instance in front of the default scheduler.
 const QUEUE_PER_INSTANCE: usize = 256;
@@ -155,6 +156,7 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
     let mut replies = Vec::with_capacity(job.requests.len());
     let mut inputs = Vec::with_capacity(job.requests.len());
     let mut sizes = Vec::with_capacity(job.requests.len());
+    let mut traces: Vec<Arc<RequestTrace>> = Vec::new();
     for pending in job.requests {
         // Out of the queue either way: its pending count drops with it.
         let Some(tensors) = pending.payload.take() else {
@@ -167,6 +169,10 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
         source
             .statistics
             .record_queue(started.saturating_duration_since(pending.arrived));
+        if let Some(trace) = pending.trace {
+            trace.child("queue", pending.arrived, started);
+            traces.push(trace);
+        }
         sizes.push(pending.batch_size);
         replies.push(pending.reply);
         inputs.push(tensors);
@@ -184,6 +190,15 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
         source
             .statistics
             .record_execution(total as u64, replies.len() as u64, execution.timing);
+        if !traces.is_empty() {
+            let timing = execution.timing;
+            for trace in &traces {
+                trace.compute(started, timing);
+            }
+            let traced: Vec<&Arc<RequestTrace>> = traces.iter().collect();
+            let ended = started + timing.input + timing.infer + timing.output;
+            trace::request::batch(&traced, started, ended, total);
+        }
         if replies.len() == 1 {
             Ok(vec![execution.outputs])
         } else {
@@ -238,6 +253,7 @@ mod tests {
             reply: Reply::direct(tx),
             arrived: Instant::now(),
             queued: crate::metrics::ModelMetrics::none().pending(),
+            trace: None,
         };
         (pending, rx)
     }

@@ -27,6 +27,7 @@
 //! statistics                      Triton's statistics extension
 //! metrics                         Prometheus metrics with Triton's names, recorded with the statistics
 //! logging                         tracing with Triton's log settings, changeable at run time
+//! trace                           OpenTelemetry request traces, Triton's trace settings
 //! backend                         the Backend trait; onnx (ort) and builtin (identity, add_sub)
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
@@ -66,4 +67,5 @@ pub mod scheduler;
 pub mod server;
 pub mod statistics;
 pub mod tensor;
+pub mod trace;
 pub mod transport;

@@ -29,6 +29,7 @@ use nereid_server::model_repository_manager::ModelRepositoryManager;
 use nereid_server::repository::{Repository, Root, cache_dir};
 use nereid_server::restricted_api::RestrictedApis;
 use nereid_server::server::InferenceServer;
+use nereid_server::trace::{TraceConfig, Traces};
 use nereid_server::transport::tls::ReloadingTls;
 use nereid_server::transport::{Acceptor, ConnectionLimits};
 use tokio::net::TcpListener;
@@ -119,7 +120,9 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
     let metrics_config = MetricsConfig::parse(&args.metrics.metrics_config).map_err(anyhow::Error::msg)?;
     let metrics = Metrics::new(&metrics_config, args.metrics.allow_metrics);
     let protection = Protection::from_args(&args)?;
-    let server = build_server(&args, &metrics, log)?;
+    let trace_config = TraceConfig::parse(&args.trace_config).map_err(anyhow::Error::msg)?;
+    let traces = Traces::start(&trace_config).map_err(anyhow::Error::msg)?;
+    let server = build_server(&args, &metrics, log, traces)?;
     let listeners = Listeners::bind(&args).await?;
 
     // Models load before the ports are announced, so that "Started" means
@@ -158,12 +161,18 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
         );
     }
     server.manager().unload_all();
+    server.flush_traces();
     tracing::info!("stopped");
     Ok(())
 }
 
 /// The repositories, the model manager and the transport-free server.
-fn build_server(args: &Args, metrics: &Arc<Metrics>, log: Arc<LogControl>) -> Result<Arc<InferenceServer>> {
+fn build_server(
+    args: &Args,
+    metrics: &Arc<Metrics>,
+    log: Arc<LogControl>,
+    traces: Arc<Traces>,
+) -> Result<Arc<InferenceServer>> {
     let cache = match &args.model_cache_dir {
         Some(dir) => dir.clone(),
         None => cache_dir::private_temp().context("failed to create the model cache folder")?,
@@ -183,7 +192,7 @@ fn build_server(args: &Args, metrics: &Arc<Metrics>, log: Arc<LogControl>) -> Re
             metrics: Arc::clone(metrics),
         },
     );
-    Ok(InferenceServer::new(args.server_name.clone(), manager, log))
+    Ok(InferenceServer::new(args.server_name.clone(), manager, log, traces))
 }
 
 /// Starts the front ends (and the metrics port) on their listeners; returns

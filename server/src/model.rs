@@ -140,10 +140,17 @@ impl Model {
         // Held by this future: if the caller goes away, it is given back
         // together with the inputs the scheduler drops.
         let reservation = std::mem::take(&mut request.reservation);
+        let trace = request.trace.take();
         let normalized = normalize::normalize(&self.config, &self.name, &id, request)?;
         let produced = self
             .scheduler
-            .schedule(normalized.inputs, normalized.batch_size, &parameters, &self.statistics)
+            .schedule(
+                normalized.inputs,
+                normalized.batch_size,
+                &parameters,
+                &self.statistics,
+                trace,
+            )
             .await?;
         let batching = self.config.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(normalized.outputs.len());

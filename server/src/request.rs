@@ -1,8 +1,11 @@
 //! The protocol-free inference request every front end produces.
 
+use std::sync::Arc;
+
 use crate::memory_budget::Reservation;
 use crate::parameter::Parameters;
 use crate::tensor::Tensor;
+use crate::trace::RequestTrace;
 
 /// An inference request after the wire format has been decoded.
 ///
@@ -22,7 +25,15 @@ pub struct InferRequest {
     /// The request data's share of the server's memory budget: held until
     /// the inputs are dropped (answered, failed or cancelled).
     pub reservation: Reservation,
+    /// The client's W3C trace context (`traceparent`, `tracestate`), as
+    /// header name and value, from HTTP headers or gRPC metadata.
+    pub trace_parent: Vec<(String, String)>,
+    /// Set by the server when this request is sampled for tracing.
+    pub trace: Option<Arc<RequestTrace>>,
 }
+
+/// The W3C trace context headers a front end passes on.
+pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
 /// An output the client asked for.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -21,6 +21,7 @@ use crate::metrics::model::GaugeGuard;
 use crate::parameter::Parameters;
 use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
+use crate::trace::RequestTrace;
 
 pub use ordering::Reply;
 pub use payload::{CancelOnDrop, Payload};
@@ -40,6 +41,9 @@ pub struct Pending {
     /// Counts the request in `nv_inference_pending_request_count` until its
     /// execution starts or it is dropped (answered early, expired, cancelled).
     pub queued: GaugeGuard,
+    /// The request's trace, when it is sampled: the instance adds its queue
+    /// and compute spans.
+    pub trace: Option<Arc<RequestTrace>>,
 }
 
 pub enum Scheduler {
@@ -57,6 +61,7 @@ impl Scheduler {
         batch_size: usize,
         parameters: &Parameters,
         statistics: &ModelStatistics,
+        trace: Option<Arc<RequestTrace>>,
     ) -> Result<Vec<Tensor>> {
         // The batch key is read before the inputs move into the payload.
         let key = match self {
@@ -72,6 +77,7 @@ impl Scheduler {
             reply: Reply::direct(tx),
             arrived: Instant::now(),
             queued: statistics.pending(),
+            trace,
         };
         match self {
             Scheduler::Default(pool) => pool.try_submit(Job::single(pending))?,

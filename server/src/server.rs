@@ -18,6 +18,8 @@ use crate::parameter::Parameter;
 use crate::request::InferRequest;
 use crate::response::InferResponse;
 use crate::statistics::StatsSnapshot;
+use crate::trace::Traces;
+use crate::trace::settings::{Change as TraceChange, Effective as TraceEffective};
 
 /// The protocol extensions this server implements, as `/v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
@@ -28,6 +30,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 ];
 
@@ -71,16 +74,43 @@ pub struct InferenceServer {
     manager: ModelRepositoryManager,
     ready: AtomicBool,
     log: Arc<LogControl>,
+    traces: Arc<Traces>,
 }
 
 impl InferenceServer {
-    pub fn new(name: String, manager: ModelRepositoryManager, log: Arc<LogControl>) -> Arc<Self> {
+    pub fn new(name: String, manager: ModelRepositoryManager, log: Arc<LogControl>, traces: Arc<Traces>) -> Arc<Self> {
         Arc::new(InferenceServer {
             name,
             manager,
             ready: AtomicBool::new(false),
             log,
+            traces,
         })
+    }
+
+    /// The trace settings in force for `model` (global when `None`).
+    pub fn trace_settings(&self, model: Option<&str>) -> Result<TraceEffective> {
+        if let Some(name) = model {
+            self.model(name, "")?;
+        }
+        Ok(self.traces.settings(model))
+    }
+
+    /// Changes trace settings by Triton's keys; all or nothing.
+    pub fn update_trace_settings(
+        &self,
+        model: Option<&str>,
+        changes: &[(String, TraceChange)],
+    ) -> Result<TraceEffective> {
+        if let Some(name) = model {
+            self.model(name, "")?;
+        }
+        self.traces.update(model, changes)
+    }
+
+    /// Sends buffered traces (at shutdown).
+    pub fn flush_traces(&self) {
+        self.traces.flush();
     }
 
     /// The logging extension's settings.
@@ -181,12 +211,20 @@ impl InferenceServer {
         Ok(Arc::clone(self.model(name, version)?.config()))
     }
 
-    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+    pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse> {
         if !self.is_ready() {
             return Err(Error::unavailable("Server not ready"));
         }
         let model = self.manager.get(&request.model_name, request.model_version)?;
-        model.infer(request).await
+        request.trace = self
+            .traces
+            .start_request(model.name(), model.version(), &request.id, &request.trace_parent);
+        let trace = request.trace.clone();
+        let result = model.infer(request).await;
+        if let Some(trace) = trace {
+            trace.finish(result.as_ref().err());
+        }
+        result
     }
 
     /// Statistics of the ready versions of one model (`name` given) or of

@@ -169,6 +169,7 @@ mod tests {
                 reply: Reply::direct(tx),
                 arrived: Instant::now(),
                 queued: crate::metrics::ModelMetrics::none().pending(),
+                trace: None,
             },
             key: BatchKey::of(&[]),
             level,

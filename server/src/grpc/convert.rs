@@ -88,7 +88,7 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
         inputs,
         outputs,
         parameters: parameters(&message.parameters),
-        reservation: Default::default(),
+        ..Default::default()
     })
 }
 

@@ -177,6 +177,7 @@ pub fn decode(
             outputs,
             parameters: request_parameters,
             reservation,
+            ..Default::default()
         },
         binary_outputs,
     })
