@@ -313,7 +313,7 @@ def test_connections_trickling_headers_are_closed_while_others_are_served(timeou
     assert len(closed) == len(slow), f"{len(slow) - len(closed)} trickling connections still open after 8 s"
     assert silent_closed, "a connection that never sent a byte was not closed"
     assert not errors, errors[:5]
-    assert served >= 20, f"the normal client got only {served} answers"
+    assert served >= 5, f"the normal client got only {served} answers"
 
 
 # --------------------------------------------------------------------------

@@ -28,8 +28,20 @@ def _infer(server: NereidServer) -> None:
 
 
 def _lines_after(server: NereidServer, mark: int) -> list[str]:
-    time.sleep(0.3)  # the reader thread catches up with the server's stderr
+    """The lines logged since `mark`, once the reader thread had time to
+    catch up (for checking that something was not logged)."""
+    time.sleep(0.5)
     return server.output().splitlines()[mark:]
+
+
+def _wait_for_line(server: NereidServer, mark: int, needle: str, timeout: float = 10.0) -> list[str]:
+    """The lines logged since `mark`, as soon as one contains `needle`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = server.output().splitlines()[mark:]
+        if any(needle in line for line in lines) or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
 
 
 def test_verbose_level_changes_what_is_logged_without_a_restart(log_server):
@@ -44,7 +56,7 @@ def test_verbose_level_changes_what_is_logged_without_a_restart(log_server):
     assert updated["log_verbose_level"] == 1
     mark = len(log_server.output().splitlines())
     _infer(log_server)
-    assert any("inference done" in line for line in _lines_after(log_server, mark))
+    assert any("inference done" in line for line in _wait_for_line(log_server, mark, "inference done"))
 
     # Back off over gRPC, with tritonclient.
     client = grpcclient.InferenceServerClient(log_server.grpc_url)
@@ -62,7 +74,7 @@ def test_json_format_and_severities_switch_live(log_server):
     helpers.http_post(log_server, "/v2/logging", json={"log_format": "json", "log_verbose_level": 1})
     mark = len(log_server.output().splitlines())
     _infer(log_server)
-    lines = [line for line in _lines_after(log_server, mark) if line.strip()]
+    lines = [line for line in _wait_for_line(log_server, mark, "inference done") if line.strip()]
     assert lines, "no log line after switching to JSON"
     events = [json.loads(line) for line in lines]
     assert any(e["fields"]["message"] == "inference done" for e in events), events

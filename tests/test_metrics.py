@@ -280,3 +280,20 @@ def test_metrics_off_serves_no_port(tmp_path):
         helpers.assert_simple_works(srv)
     finally:
         srv.stop_and_check()
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_server_exports(metrics_server):
+    import json
+    import re
+
+    from helpers import REPO_ROOT
+
+    helpers.assert_simple_works(metrics_server)
+    helpers.post_infer(metrics_server, "simple", {"inputs": []})  # a failure, so the failure family has samples
+    exported = set(scrape(metrics_server))
+    dashboard = json.loads((REPO_ROOT / "deploy" / "grafana" / "nereid-inference.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    names = {n for e in exprs for n in re.findall(r"\b((?:nv|nereid)_[a-z_]+)\b", e)}
+    assert names, "the dashboard queries nothing?"
+    missing = names - exported
+    assert not missing, f"the dashboard queries metrics the server does not export: {sorted(missing)}"

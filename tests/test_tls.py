@@ -160,5 +160,8 @@ def test_a_rotated_certificate_is_served_without_a_restart(tls_server, pki):
     (pki / "server.key").write_text("not a key")
     time.sleep(1.5)
     assert _peer_serial(tls_server.http_port, pki / "ca.crt") == rotated.serial_number
+    deadline = time.monotonic() + 5  # the log reader thread catches up
+    while "keeping the previous ones" not in tls_server.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert "keeping the previous ones" in tls_server.output()
     _write(pki / "server", rotated, rotated_key)

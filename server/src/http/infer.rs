@@ -1,0 +1,144 @@
+//! The infer endpoint: body in under the limits, decode (off the I/O
+//! threads when large), infer, encode, and the answer held in the memory
+//! budget until it has been sent.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, header};
+
+use super::{AppState, HandlerResult, body, compression, infer_codec, model_path};
+use crate::error::Error;
+use crate::memory_budget::Reservation;
+use crate::request::TRACE_HEADERS;
+use crate::server::parse_version;
+
+/// Bodies at least this large are decoded (and responses at least this
+/// large encoded) on the blocking pool, not on the I/O threads: parsing
+/// megabytes of JSON would stall every other connection on that thread.
+const OFFLOAD_BYTES: usize = 64 << 10;
+
+pub(super) async fn infer(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> HandlerResult {
+    let (model, version_text) = model_path(&p);
+    let version = parse_version(version_text)?;
+    // As in Triton, an unknown model is reported before the body is read.
+    s.server.model(model, version_text)?;
+    let mut reservation = s.options.budget.reservation();
+    let body = body::read(body, &headers, s.options.body, &mut reservation).await?;
+    let header_length = header_length(&headers, body.len())?;
+    let large = body.len() >= OFFLOAD_BYTES;
+    let model_name = model.to_string();
+    let decode = move || infer_codec::decode(&model_name, version, body, header_length, reservation);
+    let decoded = if large { offload(decode).await? } else { decode()? };
+    let binary_outputs = decoded.binary_outputs;
+    let mut request = decoded.request;
+    request.trace_parent = trace_parent(&headers);
+    let mut response = s.server.infer(request).await?;
+    let mut reservation = std::mem::take(&mut response.reservation);
+    let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
+    let encode = move || infer_codec::encode(&response, &binary_outputs);
+    let encoded = if output_bytes >= OFFLOAD_BYTES {
+        offload(move || Ok(encode())).await?
+    } else {
+        encode()
+    };
+
+    let mut reply = HeaderMap::new();
+    let content_type = if encoded.header_length.is_some() {
+        "application/octet-stream"
+    } else {
+        "application/json"
+    };
+    reply.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(n) = encoded.header_length {
+        reply.insert(infer_codec::HEADER_LENGTH, HeaderValue::from(n));
+    }
+    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
+    let (body, allocated) = match compression::accepted(accept) {
+        Some(encoding) => {
+            reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
+            let packed = compression::compress(encoding, &encoded.body);
+            let allocated = packed.len();
+            (packed, allocated)
+        }
+        None => (encoded.body, encoded.allocated),
+    };
+    // The answer is held until it is sent: it counts like the request did.
+    reservation.grow(allocated).map_err(Error::from)?;
+    Ok((reply, Body::new(ReservedBody::new(body, reservation))).into_response())
+}
+
+/// The client's W3C trace context headers, if it sent them.
+fn trace_parent(headers: &HeaderMap) -> Vec<(String, String)> {
+    TRACE_HEADERS
+        .iter()
+        .filter_map(|name| Some((name.to_string(), headers.get(*name)?.to_str().ok()?.to_string())))
+        .collect()
+}
+
+/// Runs CPU-heavy codec work on the blocking pool.
+async fn offload<T: Send + 'static>(work: impl FnOnce() -> Result<T, Error> + Send + 'static) -> Result<T, Error> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(format!("decoding failed: {e}"))))
+}
+
+/// A response body that keeps its request's memory reservation until sent.
+struct ReservedBody {
+    data: Option<Bytes>,
+    _reservation: Reservation,
+}
+
+impl ReservedBody {
+    fn new(data: Bytes, reservation: Reservation) -> Self {
+        ReservedBody {
+            data: Some(data),
+            _reservation: reservation,
+        }
+    }
+}
+
+impl http_body::Body for ReservedBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.get_mut().data.take().map(|d| Ok(http_body::Frame::data(d))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
+/// Parses `Inference-Header-Content-Length` against the body length.
+fn header_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, Error> {
+    let Some(value) = headers.get(infer_codec::HEADER_LENGTH) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    let n: i64 = text
+        .parse()
+        .map_err(|_| Error::invalid(format!("Unable to parse Inference-Header-Content-Length, got: {text}")))?;
+    if n < 0 || n as u64 > body_len as u64 {
+        return Err(Error::invalid(format!(
+            "inference header size should be in range (0, {body_len}), got: {n}"
+        )));
+    }
+    Ok(Some(n as usize))
+}
