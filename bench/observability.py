@@ -56,7 +56,7 @@ def start_server(binary: Path, extra: list[str], log: Path) -> tuple[subprocess.
     cmd = [
         str(binary), "--model-repository", str(REPO / "examples" / "models"),
         "--http-address", HOST, "--http-port", "0", "--grpc-address", HOST, "--grpc-port", "0",
-        "--metrics-address", HOST, "--metrics-port", "0", "--log-info=false", *extra,
+        "--metrics-address", HOST, "--metrics-port", "0", *extra,
     ]
     out = open(log, "w")
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)

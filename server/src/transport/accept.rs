@@ -97,7 +97,7 @@ impl Acceptor {
                 () = ready.closed() => return,
             };
             let Ok(permit) = Arc::clone(&self.slots).try_acquire_owned() else {
-                tracing::debug!(port = self.name, %remote, "connection refused: --{}-max-connections reached", self.name);
+                tracing::debug!(port = self.name, %remote, "connection closed at once: the port is at its connection cap");
                 drop(tcp);
                 continue;
             };
