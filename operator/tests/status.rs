@@ -191,6 +191,46 @@ fn a_server_just_started_is_still_loading() {
 }
 
 #[test]
+fn a_server_that_exits_on_a_failed_load_reports_its_own_reason() {
+    let m = model();
+    let mut server = container(
+        "nereid-server",
+        waiting("CrashLoopBackOff", "back-off 20s"),
+        false,
+        false,
+    );
+    server.restart_count = 2;
+    server.last_state = Some(ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: 3,
+            message: Some("INFO loading 'resnet'\nError: failed to load 'resnet': Protobuf parsing failed\n".into()),
+            ..ContainerStateTerminated::default()
+        }),
+        ..ContainerState::default()
+    });
+    let s = derive(&m, Some((1, 1, 0)), &[pod("a", server.clone())]);
+    assert_eq!(state(&s, "ModelLoaded"), is("False", "LoadFailed"));
+    assert_eq!(state(&s, "Degraded"), is("True", "LoadFailed"));
+    let message = &condition(&s, "ModelLoaded").message;
+    assert!(
+        message.ends_with("(restarted 2 times): failed to load 'resnet': Protobuf parsing failed"),
+        "{message}"
+    );
+
+    // Any other exit status is a crash loop, with the message as it was.
+    server
+        .last_state
+        .as_mut()
+        .unwrap()
+        .terminated
+        .as_mut()
+        .unwrap()
+        .exit_code = 1;
+    let s = derive(&m, Some((1, 1, 0)), &[pod("a", server)]);
+    assert_eq!(state(&s, "Degraded"), is("True", "CrashLoopBackOff"));
+}
+
+#[test]
 fn a_failed_fetch_is_a_failed_load() {
     let m = model();
     let mut p = pod(

@@ -56,8 +56,10 @@ pub struct Args {
     #[arg(long = "model-config-patch", value_parser = parse_patch)]
     pub model_config_patches: Vec<(String, PathBuf)>,
 
-    /// Exit (status 1) when a model fails to load at start-up, instead of
-    /// serving the others; in Kubernetes the pod then shows the reason.
+    /// Exit (with status 3, `LOAD_FAILED_EXIT_CODE`) when a model fails to
+    /// load at start-up, instead of serving the others; in Kubernetes the
+    /// pod then shows the reason, and the operator tells a failed load from
+    /// any other crash by that status.
     #[arg(long)]
     pub exit_on_error: bool,
 

@@ -8,6 +8,7 @@
 mod cli;
 
 use std::io::IsTerminal;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,18 +39,40 @@ use tokio_util::sync::CancellationToken;
 
 /// Connections the metrics port takes at once (scrapers, not clients).
 const METRICS_CONNECTIONS: usize = 256;
+/// The exit status when `--exit-on-error` stops the server because a model
+/// failed to load at start-up. The operator reads it from the container's
+/// last termination to report `LoadFailed` (with the message below as the
+/// reason) rather than a generic crash loop; any other failure exits with 1.
+const LOAD_FAILED_EXIT_CODE: u8 = 3;
 
-fn main() -> Result<()> {
+/// `--exit-on-error` tripped: the models that failed and why.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to load {0}")]
+struct StartupLoadFailed(String);
+
+fn main() -> ExitCode {
     allocator::return_large_blocks_to_the_os();
     let args = Args::parse();
     let log = LogControl::new(&args.log.settings());
     logging::install(&log, std::io::stderr().is_terminal());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let outcome = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("nereid-io")
         .build()
-        .context("failed to start the async runtime")?;
-    runtime.block_on(run(args, log))
+        .context("failed to start the async runtime")
+        .and_then(|runtime| runtime.block_on(run(args, log)));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        // Last on stderr, so it ends the log the termination message is cut from.
+        Err(error) => {
+            eprintln!("Error: {error:?}");
+            if error.is::<StartupLoadFailed>() {
+                ExitCode::from(LOAD_FAILED_EXIT_CODE)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 /// What protects each front end, checked before anything slow happens so
@@ -134,7 +157,7 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
         .context("failed to read the model repository")?;
     if args.exit_on_error && !failures.is_empty() {
         let reasons: Vec<String> = failures.iter().map(|(m, e)| format!("'{m}': {e}")).collect();
-        anyhow::bail!("failed to load {}", reasons.join("; "));
+        return Err(StartupLoadFailed(reasons.join("; ")).into());
     }
 
     let shutdown = CancellationToken::new();

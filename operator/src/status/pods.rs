@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use nereid_crds::conditions::reason;
 
-use crate::builders::deployment::{FETCH_CONTAINER, GPU_TAINT, SERVER_CONTAINER};
+use crate::builders::deployment::{FETCH_CONTAINER, GPU_TAINT, SERVER_CONTAINER, SERVER_LOAD_FAILED_EXIT_CODE};
 
 /// How long a started server may stay not-ready before that counts as a
 /// failed load: the readiness probe's period × failure threshold, and slack.
@@ -124,10 +124,14 @@ fn diagnose_pod(pod: &Pod, model: &str, gpu_resource: &str, now: &Time) -> Optio
         keep(init_container(container).and_then(|(r, m)| found(&r, m)));
     }
     for container in status.container_statuses.iter().flatten() {
-        keep(container_problem(container).and_then(|(r, m)| found(&r, m)));
         if container.name == SERVER_CONTAINER {
+            if let Some(message) = exited_on_load_failure(container) {
+                keep(found(reason::LOAD_FAILED, message));
+                continue;
+            }
             keep(not_loaded(container, model, now).and_then(|(r, m)| found(&r, m)));
         }
+        keep(container_problem(container).and_then(|(r, m)| found(&r, m)));
     }
     worst
 }
@@ -180,6 +184,34 @@ fn container_problem(container: &ContainerStatus) -> Option<(String, String)> {
         // CreateContainerConfigError (e.g. a missing Secret key), RunContainerError, ...
         other => Some((other.to_string(), format!("container {name}: {waiting_message}"))),
     }
+}
+
+/// A server that stopped itself because the model did not load
+/// (`--exit-on-error`, told by its exit status): its termination message,
+/// the end of its log, is the server's own reason. It restarts and fails
+/// again (a crash loop), but the loop is only the symptom.
+fn exited_on_load_failure(container: &ContainerStatus) -> Option<String> {
+    let state = container.state.as_ref()?;
+    let terminated = state
+        .terminated
+        .as_ref()
+        .or_else(|| container.last_state.as_ref()?.terminated.as_ref())
+        .filter(|t| t.exit_code == SERVER_LOAD_FAILED_EXIT_CODE)?;
+    // A server that came back and runs is not failing now.
+    if state.running.is_some() {
+        return None;
+    }
+    let said = terminated.message.as_deref().map(str::trim).unwrap_or_default();
+    // The server's log ends with "Error: <reason>"; the lines before are its log.
+    let reason = match said.rfind("Error: ") {
+        Some(at) => &said[at + "Error: ".len()..],
+        None => said.lines().last().unwrap_or_default(),
+    };
+    Some(format!(
+        "the server could not load the model (restarted {} times): {}",
+        container.restart_count,
+        reason.trim()
+    ))
 }
 
 /// A server that started (its startup probe passed) but whose readiness
