@@ -15,6 +15,16 @@
 # under timeout(1) with the same bound, in case this script itself is killed.
 #
 # Binaries: NEREID_E2E_BIN, or whatever e2e/tools.sh builds (and caches).
+#
+# With NEREID_PROC_NODE_BIN (the nereid-proc-node binary) and NEREID_IMAGE_BIN_DIR (where
+# nereid-server, nereid-fetch and nereid-operator are), it also starts the process-backed nodes
+# (e2e/proc-node): proc-0, proc-1 and proc-gpu-0, tainted nereid.dev/process-node=true:NoSchedule
+# so only pods that ask for them land there, whose pods run as local processes on pod IPs in
+# NEREID_POD_CIDR, 10.244.0.0/16 by default (made local on lo for as long as the cluster runs;
+# two clusters at once need two ranges).
+#
+# With NEREID_MOTO_SERVER (moto's S3 server, from the Python test environment), it also runs an
+# S3 endpoint for model sources on 127.0.0.1, written to DIR/s3-endpoint once it answers.
 set -euo pipefail
 
 dir=${1:?usage: e2e/cluster.sh DIR}
@@ -26,6 +36,7 @@ dir=$(cd "$dir" && pwd)
 pki=$dir/pki
 kubeconfig=$dir/kubeconfig
 deadline=$((SECONDS + max_seconds))
+pod_cidr=${NEREID_POD_CIDR:-10.244.0.0/16}
 
 log() { echo "e2e/cluster.sh: $*" >&2; }
 
@@ -42,9 +53,11 @@ start() {
 
 teardown() {
   local name pid
-  trap - EXIT INT TERM
-  # Reverse order of start: the kubelet stand-in and controllers before the API server, etcd last.
-  for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  # Nothing interrupts the teardown itself.
+  trap - EXIT
+  trap '' INT TERM
+  # Reverse order of start: the kubelet stand-ins and controllers before the API server, etcd last.
+  for name in proc-node kwok kube-scheduler kube-controller-manager kube-apiserver etcd moto; do
     pid=${pids[$name]:-}
     [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
@@ -52,6 +65,8 @@ teardown() {
     rm -f "$dir/$name.pid"
   done
   wait 2>/dev/null || true
+  # The pod range, should the process node have been killed before removing it.
+  [[ -n "${NEREID_PROC_NODE_BIN:-}" ]] && { ip route del local "$pod_cidr" dev lo 2>/dev/null || true; }
   log "stopped"
 }
 trap teardown EXIT
@@ -80,9 +95,9 @@ wait_for() {
 
 # --- ports and certificates -----------------------------------------------------------------
 
-read -r etcd_port etcd_peer_port api_port kwok_port < <(python3 -c '
+read -r etcd_port etcd_peer_port api_port kwok_port s3_port < <(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(4)]
+socks = [socket.socket() for _ in range(5)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])
@@ -133,6 +148,12 @@ YAML
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
 # --- the control plane ----------------------------------------------------------------------
+
+# The S3 endpoint starts first: it is slow to import and nothing waits on it until the end.
+if [[ -n "${NEREID_MOTO_SERVER:-}" ]]; then
+  log "moto (S3) on 127.0.0.1:$s3_port"
+  start moto "$NEREID_MOTO_SERVER" -H 127.0.0.1 -p "$s3_port"
+fi
 
 log "etcd on 127.0.0.1:$etcd_port"
 start etcd "$bin/etcd" --name nereid-e2e --data-dir "$dir/etcd" \
@@ -227,8 +248,25 @@ status:
 YAML
 }
 { node cpu-0 0; node cpu-1 0; node gpu-0 4; node gpu-1 4; } | kubectl create -f - >/dev/null
-wait_for "the KWOK nodes" 60 kubectl wait --for=condition=Ready node --all --timeout=2s
+wait_for "the KWOK nodes" 60 kubectl wait --for=condition=Ready node -l type=kwok --timeout=2s
+
+# The process-backed nodes: pods that really run.
+if [[ -n "${NEREID_PROC_NODE_BIN:-}" ]]; then
+  log "process nodes (pods as local processes on $pod_cidr)"
+  cc -shared -fPIC -O2 -o "$dir/bind-pod-ip.so" "$here/proc-node/bind_pod_ip.c" -ldl
+  start proc-node "$NEREID_PROC_NODE_BIN" --kubeconfig "$kubeconfig" \
+    --nodes proc-0,proc-1,proc-gpu-0:gpu=4 --cidr "$pod_cidr" \
+    --bin-dir "${NEREID_IMAGE_BIN_DIR:?NEREID_IMAGE_BIN_DIR is needed with NEREID_PROC_NODE_BIN}" \
+    --state-dir "$dir/pods" --bind-shim "$dir/bind-pod-ip.so" \
+    --api-server "127.0.0.1:$api_port" --api-ca "$pki/ca.crt" \
+    --max-seconds "$max_seconds" --backoff-seconds 2
+  wait_for "the process nodes" 60 kubectl wait --for=condition=Ready node -l nereid.dev/process-node=true --timeout=2s
+fi
 wait_for "the default ServiceAccount" 60 kubectl get serviceaccount default -n default
+if [[ -n "${NEREID_MOTO_SERVER:-}" ]]; then
+  wait_for "moto" 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$s3_port/', timeout=2)"
+  echo "http://127.0.0.1:$s3_port" >"$dir/s3-endpoint"
+fi
 
 echo "ready $kubeconfig"
 log "ready: kubeconfig $kubeconfig, logs in $dir/logs"

@@ -1,0 +1,112 @@
+//! One container's process: spawned with its plan's environment, its
+//! output appended to a log file (what `kubectl logs` would show), in its
+//! own process group so a signal reaches everything it started, and tied to
+//! this runner's life: if the runner dies, the kernel kills it
+//! (PR_SET_PDEATHSIG), so no path leaves a server behind.
+
+use std::process::{ExitStatus, Stdio};
+
+use anyhow::{Context, Result};
+use tokio::process::{Child, Command};
+
+use crate::plan::ContainerPlan;
+
+/// The kubelet keeps this much of a failed container's log as its message.
+const FALLBACK_LINES: usize = 80;
+const FALLBACK_BYTES: usize = 2048;
+/// And reads at most this much of a termination-message file.
+const MESSAGE_BYTES: u64 = 4096;
+
+pub struct Running {
+    child: Child,
+    pid: i32,
+}
+
+/// Starts the container's process. Must be called on a runtime worker
+/// thread: the parent-death signal follows the thread that forked.
+pub fn spawn(plan: &ContainerPlan) -> Result<Running> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&plan.log)
+        .with_context(|| format!("opening {}", plan.log.display()))?;
+    let stderr = log.try_clone()?;
+    let mut command = Command::new(&plan.program);
+    command
+        .args(&plan.args)
+        .env_clear()
+        .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&plan.cwd)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(stderr)
+        .kill_on_drop(true);
+    // SAFETY: between fork and exec only async-signal-safe calls are made
+    // (setpgid, prctl, getppid), none of which allocate or take locks.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(|| {
+            libc::setpgid(0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The runner may have died between fork and prctl.
+            if libc::getppid() == 1 {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let child = command
+        .spawn()
+        .with_context(|| format!("starting {}", plan.program.display()))?;
+    let pid = child.id().map_or(0, |p| p as i32);
+    Ok(Running { child, pid })
+}
+
+impl Running {
+    /// Sends `signal` to the container's whole process group.
+    pub fn signal(&self, signal: i32) {
+        if self.pid > 0 {
+            // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
+            #[allow(unsafe_code)]
+            unsafe {
+                libc::kill(-self.pid, signal);
+            }
+        }
+    }
+
+    /// The exit status; cancel-safe, and the same on every call once exited.
+    pub async fn wait(&mut self) -> Result<ExitStatus> {
+        Ok(self.child.wait().await?)
+    }
+}
+
+/// Exit code as the kubelet reports it (128 + signal for a killed process).
+pub fn exit_code(status: &ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// The termination message: the container's own file, else (on failure,
+/// with FallbackToLogsOnError) the end of its log.
+pub async fn termination_message(plan: &ContainerPlan, failed: bool, fallback_to_logs: bool) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    if let Ok(file) = tokio::fs::File::open(&plan.termination_log).await {
+        let mut text = String::new();
+        let _ = file.take(MESSAGE_BYTES).read_to_string(&mut text).await;
+        if !text.trim().is_empty() {
+            return Some(text);
+        }
+    }
+    if !(failed && fallback_to_logs) {
+        return None;
+    }
+    let log = tokio::fs::read(&plan.log).await.ok()?;
+    let text = String::from_utf8_lossy(&log);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(FALLBACK_LINES)..].join("\n");
+    let start = tail.len().saturating_sub(FALLBACK_BYTES);
+    let start = (start..tail.len())
+        .find(|i| tail.is_char_boundary(*i))
+        .unwrap_or(tail.len());
+    Some(tail[start..].to_string())
+}
