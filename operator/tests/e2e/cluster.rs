@@ -1,8 +1,9 @@
 //! The control plane under test: `e2e/cluster.sh` as a child process.
 //!
-//! The script owns the component processes and tears them down when its
-//! stdin closes; dropping [`Cluster`] closes it, and the operating system
-//! closes it too when this harness dies, so no path leaves a cluster behind.
+//! The script owns the component processes (the process nodes' pods and the
+//! S3 endpoint included) and tears them down when its stdin closes; dropping
+//! [`Cluster`] closes it, and the operating system closes it too when this
+//! harness dies, so no path leaves a cluster behind.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -18,20 +19,42 @@ const START_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long teardown may take before the script is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What runs the pods that really serve, and the S3 endpoint they fetch from.
+pub struct Serving {
+    /// Where `nereid-proc-node`, `nereid-server` and `nereid-fetch` are.
+    pub workspace_bin: PathBuf,
+    /// moto's S3 server.
+    pub moto: PathBuf,
+    /// The process nodes' pod range (a /16; two clusters at once need two).
+    pub pod_cidr: &'static str,
+}
+
 pub struct Cluster {
     script: Child,
     stdin: Option<ChildStdin>,
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
+    /// The S3 endpoint (`http://127.0.0.1:PORT`) when the cluster has one.
+    pub s3_endpoint: Option<String>,
 }
 
 impl Cluster {
-    /// Starts the control plane in `dir` with the binaries of `bin`.
-    pub fn start(repo: &Path, bin: &Path, dir: &Path) -> Result<Cluster> {
-        let mut script = Command::new("bash")
+    /// Starts the control plane in `dir` with the binaries of `bin`, and
+    /// with `serving`, the process nodes and the S3 endpoint.
+    pub fn start(repo: &Path, bin: &Path, dir: &Path, serving: Option<&Serving>) -> Result<Cluster> {
+        let mut command = Command::new("bash");
+        command
             .arg(repo.join("e2e/cluster.sh"))
             .arg(dir)
-            .env("NEREID_E2E_BIN", bin)
+            .env("NEREID_E2E_BIN", bin);
+        if let Some(serving) = serving {
+            command
+                .env("NEREID_PROC_NODE_BIN", serving.workspace_bin.join("nereid-proc-node"))
+                .env("NEREID_IMAGE_BIN_DIR", &serving.workspace_bin)
+                .env("NEREID_POD_CIDR", serving.pod_cidr)
+                .env("NEREID_MOTO_SERVER", &serving.moto);
+        }
+        let mut script = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -43,6 +66,7 @@ impl Cluster {
             stdin,
             dir: dir.to_path_buf(),
             kubeconfig: PathBuf::new(),
+            s3_endpoint: None,
         };
         // Read the script's stdout on its own thread so the wait is bounded.
         let (lines_tx, lines) = mpsc::channel();
@@ -60,6 +84,11 @@ impl Cluster {
                 Ok(line) => {
                     if let Some(kubeconfig) = line.strip_prefix("ready ") {
                         cluster.kubeconfig = PathBuf::from(kubeconfig);
+                        if serving.is_some() {
+                            let endpoint = std::fs::read_to_string(dir.join("s3-endpoint"))
+                                .context("the S3 endpoint e2e/cluster.sh should have written")?;
+                            cluster.s3_endpoint = Some(endpoint.trim().to_string());
+                        }
                         return Ok(cluster);
                     }
                 }

@@ -18,7 +18,8 @@ pub const RELEASE: &str = "nereid";
 pub const OPERATOR_NAMESPACE: &str = "nereid-system";
 /// The chart's operator Deployment (and Lease, and ClusterRole) for that release.
 pub const OPERATOR_NAME: &str = "nereid-operator";
-/// The image the operator is told to run models with (KWOK never pulls it).
+/// The image the operator is told to run models with: KWOK never pulls it,
+/// and the process nodes run this checkout's binaries for it.
 pub const SERVER_IMAGE: &str = "nereid-e2e:test";
 
 pub struct Env {
@@ -124,10 +125,15 @@ impl Env {
 }
 
 /// Runs `command` off the async threads, feeding it `stdin`.
-pub async fn run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
+pub async fn run(command: Command, stdin: Option<&str>) -> Result<Output> {
     let stdin = stdin.map(str::to_owned);
+    tokio::task::spawn_blocking(move || blocking_run(command, stdin.as_deref())).await?
+}
+
+/// Runs `command` to its end, feeding it `stdin`; its whole output.
+pub fn blocking_run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
     let shown = format!("{command:?}");
-    tokio::task::spawn_blocking(move || {
+    let mut run = || {
         command
             .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
@@ -137,9 +143,8 @@ pub async fn run(mut command: Command, stdin: Option<&str>) -> Result<Output> {
             std::io::Write::write_all(&mut pipe, input.as_bytes())?;
         }
         child.wait_with_output()
-    })
-    .await?
-    .with_context(|| format!("running {shown}"))
+    };
+    run().with_context(|| format!("running {shown}"))
 }
 
 /// The stdout of a command that succeeded, or an error with its stderr.

@@ -1,35 +1,49 @@
 //! End-to-end tests of the operator and the Helm chart against a real
 //! Kubernetes control plane on 127.0.0.1 (etcd, kube-apiserver,
-//! kube-controller-manager, kube-scheduler, KWOK nodes; see e2e/cluster.sh).
+//! kube-controller-manager, kube-scheduler, KWOK nodes; see e2e/cluster.sh),
+//! with process-backed nodes (e2e/proc-node) whose pods really run this
+//! checkout's `nereid-server`, and an S3 endpoint (moto) for model sources.
 //!
 //! Mocks prove little about an operator: watch semantics, server-side apply,
 //! CRD schemas and CEL, the scale subresource, garbage collection and HPAs
 //! only behave truly on a real API server. So this suite installs the chart
 //! with `helm`, runs `nereid-operator` as a process with the chart's
 //! ServiceAccount, drives it with `kubectl` as a user would, and asserts on
-//! the objects and statuses the API server holds.
+//! the objects and statuses the API server holds, and on the answers of the
+//! servers in the pods it made.
 //!
 //! A custom harness (`harness = false`): one control plane is shared by every
 //! scenario, started once and torn down at the end, also on failure. The
-//! binaries come from `e2e/tools.sh` (NEREID_E2E_BIN, or its cache). Without
-//! them the suite says so and passes, unless NEREID_E2E=required (the
-//! README's test command sets it, so CI cannot skip it). Arguments work like
-//! libtest's: a filter runs the matching scenarios only (the chart and the
-//! operator are always set up), and a filter that matches none starts nothing.
+//! binaries come from `e2e/tools.sh` (NEREID_E2E_BIN, or its cache); the
+//! pods' programs from this workspace (brought up to date by cargo first),
+//! the ONNX Runtime library from ORT_DYLIB_PATH and moto from the Python
+//! test environment (all set up by scripts/setup.sh). Without them the suite
+//! says so and passes, unless NEREID_E2E=required (the README's test command
+//! sets it, so CI cannot skip it). Arguments work like libtest's: a filter
+//! runs the matching scenarios only (the chart and the operator are always
+//! set up), and a filter that matches none starts nothing.
 
 mod chart;
 mod cluster;
 mod env;
 mod examples;
 mod gpu;
+mod inference;
 mod leader;
 mod lifecycle;
 mod models;
 mod operator;
+mod process_node;
+mod rollout;
+mod s3;
 mod scaling;
 mod scoped;
+mod serving;
+mod teardown;
+mod traffic;
 mod validation;
 mod wait;
+mod workspace;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -39,7 +53,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Serving};
 use crate::env::{Env, is_executable};
 
 type Run = for<'a> fn(&'a Env) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
@@ -56,6 +70,24 @@ const SCENARIOS: &[(&str, Run)] = &[
         Box::pin(lifecycle::run(env))
     }),
     ("cel_rejects_invalid_examples", |env| Box::pin(validation::run(env))),
+    ("s3_model_serves_inference_from_process_pods", |env| {
+        Box::pin(serving::run(env))
+    }),
+    ("broken_model_ends_load_failed_with_the_servers_reason", |env| {
+        Box::pin(serving::load_failed(env))
+    }),
+    ("spec_change_rolls_serving_pods_with_no_failed_request", |env| {
+        Box::pin(rollout::spec_change(env))
+    }),
+    ("deleted_pod_under_load_is_replaced_and_serves", |env| {
+        Box::pin(rollout::pod_deletion(env))
+    }),
+    ("process_node_reports_what_it_cannot_run", |env| {
+        Box::pin(process_node::run(env))
+    }),
+    ("sigkilled_harness_leaves_no_process_behind", |env| {
+        Box::pin(teardown::run(env))
+    }),
     ("only_the_lease_holder_reconciles_and_a_standby_takes_over", |env| {
         Box::pin(leader::run(env))
     }),
@@ -76,6 +108,16 @@ const TOOLS: &[&str] = &[
 ];
 
 fn main() -> ExitCode {
+    if let Some(dir) = std::env::var_os(teardown::CHILD_DIR) {
+        let repo = repo();
+        return match tools(&repo) {
+            Ok(bin) => teardown::child(&repo, &bin, Path::new(&dir)),
+            Err(e) => {
+                eprintln!("e2e kill probe: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     if std::env::args().any(|a| a == "--list") {
         for (name, _) in SCENARIOS {
@@ -91,12 +133,10 @@ fn main() -> ExitCode {
         println!("running 0 tests (no e2e scenario matches the filter)");
         return ExitCode::SUCCESS;
     }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-        .to_path_buf();
-    let bin = match tools(&repo) {
-        Ok(bin) => bin,
+    let repo = repo();
+    let tools = tools(&repo).and_then(|bin| Ok((bin, workspace::serving(&repo)?)));
+    let (bin, serving) = match tools {
+        Ok(found) => found,
         Err(why) if std::env::var("NEREID_E2E").as_deref() != Ok("required") => {
             println!(
                 "e2e: skipped: {why:#}\n(run e2e/tools.sh once to build them; NEREID_E2E=required makes this a failure)"
@@ -113,12 +153,20 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let failed = runtime.block_on(run(repo, bin, &selected));
+    let failed = runtime.block_on(run(repo, bin, serving, &selected));
     if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// The workspace folder.
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
 }
 
 /// Where the binaries are: NEREID_E2E_BIN, or e2e/tools.sh's cache when it is complete.
@@ -147,7 +195,7 @@ fn tools(repo: &Path) -> Result<PathBuf> {
 
 /// Starts the cluster, sets up the chart and the operator, runs `selected`;
 /// returns how many failed.
-async fn run(repo: PathBuf, bin: PathBuf, selected: &[&(&str, Run)]) -> usize {
+async fn run(repo: PathBuf, bin: PathBuf, serving: Serving, selected: &[&(&str, Run)]) -> usize {
     let dir = std::env::temp_dir().join(format!("nereid-e2e-{}", std::process::id()));
     println!(
         "running {} e2e scenarios (control plane in {})",
@@ -156,7 +204,7 @@ async fn run(repo: PathBuf, bin: PathBuf, selected: &[&(&str, Run)]) -> usize {
     );
     let started = Instant::now();
     let setup = async {
-        let cluster = Cluster::start(&repo, &bin, &dir)?;
+        let cluster = Cluster::start(&repo, &bin, &dir, Some(&serving))?;
         println!("e2e: control plane up in {:.1}s", started.elapsed().as_secs_f64());
         let env = Env::new(repo.clone(), bin.clone(), cluster).await?;
         chart::install(&env).await.context("setting up the chart")?;

@@ -32,7 +32,14 @@ impl Operator {
         let metrics = free_port()?;
         let log = env.scratch(&format!("logs/operator-{identity}.log"));
         let output = std::fs::File::create(&log)?;
-        let child = Command::new(env!("CARGO_BIN_EXE_nereid-operator"))
+        // setpriv (util-linux) execs the operator with a parent-death signal:
+        // should this harness be killed outright, its operators die with it
+        // instead of retrying a vanished API server for ever. The signal
+        // follows the spawning thread, a runtime worker that lives as long
+        // as the harness.
+        let child = Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--"])
+            .arg(env!("CARGO_BIN_EXE_nereid-operator"))
             .env_clear()
             .env("KUBECONFIG", kubeconfig)
             .env("NEREID_SERVER_IMAGE", SERVER_IMAGE)

@@ -1,0 +1,72 @@
+//! Real inference against a serving pod: KServe v2 over HTTP on the pod's
+//! IP, with the `simple` example model (Triton's add/sub), and every answer
+//! checked against the arithmetic.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use serde_json::{Value, json};
+
+/// The example model every serving scenario uses: OUTPUT0 = INPUT0 + INPUT1,
+/// OUTPUT1 = INPUT0 - INPUT1, INT32 [16], batched.
+pub const MODEL_FOLDER: &str = "examples/models/simple";
+
+/// A client for pods: no proxy, a bound on every request.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("a reqwest client")
+}
+
+/// Infers with `model` (served from the `simple` example) at `ip:port`,
+/// inputs derived from `seed`, and checks both outputs.
+pub async fn add_sub(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str, seed: i32) -> Result<()> {
+    let a: Vec<i32> = (0..16).map(|i| seed.wrapping_mul(31).wrapping_add(i)).collect();
+    let b: Vec<i32> = (0..16).map(|i| i * 7 - seed % 1000).collect();
+    let request = json!({
+        "inputs": [
+            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": a},
+            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": b},
+        ]
+    });
+    let url = format!("http://{ip}:{port}/v2/models/{model}/infer");
+    let response = http
+        .post(&url)
+        .json(&request)
+        .send()
+        .await
+        .with_context(|| format!("POST {url}"))?;
+    let status = response.status();
+    let body: Value = response.json().await.with_context(|| format!("the answer of {url}"))?;
+    ensure!(status.is_success(), "POST {url}: {status}: {body}");
+    let output = |name: &str| -> Result<Vec<i64>> {
+        let tensor = body["outputs"]
+            .as_array()
+            .and_then(|outputs| outputs.iter().find(|o| o["name"] == name))
+            .with_context(|| format!("no {name} in {body}"))?;
+        ensure!(
+            tensor["datatype"] == "INT32" && tensor["shape"] == json!([1, 16]),
+            "{name}: {tensor}"
+        );
+        tensor["data"]
+            .as_array()
+            .context("data")?
+            .iter()
+            .map(|v| v.as_i64().context("an integer"))
+            .collect()
+    };
+    let sum: Vec<i64> = a.iter().zip(&b).map(|(x, y)| i64::from(x.wrapping_add(*y))).collect();
+    let difference: Vec<i64> = a.iter().zip(&b).map(|(x, y)| i64::from(x.wrapping_sub(*y))).collect();
+    ensure!(
+        output("OUTPUT0")? == sum,
+        "OUTPUT0 of {url} is not INPUT0 + INPUT1: {body}"
+    );
+    ensure!(
+        output("OUTPUT1")? == difference,
+        "OUTPUT1 of {url} is not INPUT0 - INPUT1: {body}"
+    );
+    Ok(())
+}

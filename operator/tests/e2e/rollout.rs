@@ -1,0 +1,132 @@
+//! Serving through change: a spec change rolls the pods, and a pod is
+//! deleted, both while a client sends continuously to the ready endpoints.
+//! Not one request may fail: the zero-unavailable rollout, readiness on the
+//! model's endpoint, the preStop pause and the server's drain make it so.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use anyhow::{Result, bail, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+
+use crate::env::Env;
+use crate::inference;
+use crate::models;
+use crate::serving::{self, HTTP_PORT, MODEL, NAMESPACE};
+use crate::traffic::{Tally, Traffic};
+use crate::wait::{self, LONG};
+
+/// A config change rolls both pods while a client sends.
+pub async fn spec_change(env: &Env) -> Result<()> {
+    let before = serving::deployed(env).await?;
+    let old: BTreeSet<IpAddr> = before.iter().map(serving::pod_ip).collect::<Result<_>>()?;
+
+    // A config change rolls every pod, one at a time.
+    let traffic = Traffic::start(env, NAMESPACE, MODEL, MODEL).await?;
+    env.kubectl([
+        "patch",
+        "-n",
+        NAMESPACE,
+        &format!("nmodel/{MODEL}"),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"config":{"maxBatchSize":4}}}"#,
+    ])
+    .await?;
+    let old_names = names(&before);
+    let after = wait::until("the rollout to replace both pods", LONG, || async {
+        let pods = models::pods(env, NAMESPACE, MODEL).await?;
+        let ready = pods.iter().filter(|p| models::running_and_ready(p)).count();
+        if pods.len() != 2 || ready != 2 || !names(&pods).is_disjoint(&old_names) {
+            bail!("pods {:?} ({ready} ready), old ones {old_names:?}", names(&pods));
+        }
+        Ok(pods)
+    })
+    .await?;
+    models::ready(env, NAMESPACE, MODEL, 2).await?;
+    let new: BTreeSet<IpAddr> = after.iter().map(serving::pod_ip).collect::<Result<_>>()?;
+    // Until the new pods have served, the old ones may still be draining.
+    wait::until("the new pods to take traffic", LONG, || async {
+        let served = traffic.served_by().await;
+        ensure!(
+            new.iter().all(|ip| served.contains_key(ip)),
+            "served by {served:?}, new pods {new:?}"
+        );
+        Ok(())
+    })
+    .await?;
+    let tally = traffic.stop().await;
+    no_failures("the rollout", &tally)?;
+    ensure!(
+        old.iter().any(|ip| tally.served_by.contains_key(ip)),
+        "the old pods {old:?} served nothing during the rollout: {:?}",
+        tally.served_by
+    );
+    Ok(())
+}
+
+/// A pod deleted under load: the other keeps serving, the Deployment
+/// replaces the deleted one, and the replacement serves.
+pub async fn pod_deletion(env: &Env) -> Result<()> {
+    let after = serving::deployed(env).await?;
+    let traffic = Traffic::start(env, NAMESPACE, MODEL, MODEL).await?;
+    let victim = after[0].metadata.name.clone().unwrap_or_default();
+    let survivor = serving::pod_ip(&after[1])?;
+    env.kubectl(["delete", "pod", "-n", NAMESPACE, &victim, "--wait=false"])
+        .await?;
+    let pods = wait::until("the deleted pod to be gone and replaced", LONG, || async {
+        let pods = models::pods(env, NAMESPACE, MODEL).await?;
+        let gone = Api::<Pod>::namespaced(env.client.clone(), NAMESPACE)
+            .get_opt(&victim)
+            .await?
+            .is_none();
+        let ready = pods.iter().filter(|p| models::running_and_ready(p)).count();
+        if !gone || pods.len() != 2 || ready != 2 {
+            bail!("deleted pod gone: {gone}; pods {:?} ({ready} ready)", names(&pods));
+        }
+        Ok(pods)
+    })
+    .await?;
+    let replacement = pods
+        .iter()
+        .map(serving::pod_ip)
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .find(|ip| *ip != survivor)
+        .ok_or_else(|| anyhow::anyhow!("no replacement pod"))?;
+    wait::until("the replacement to take traffic", LONG, || async {
+        let served = traffic.served_by().await;
+        ensure!(served.contains_key(&replacement), "served by {served:?}");
+        Ok(())
+    })
+    .await?;
+    let tally = traffic.stop().await;
+    no_failures("the pod's deletion", &tally)?;
+    ensure!(
+        tally.served_by.contains_key(&survivor),
+        "the surviving pod served nothing: {tally:?}"
+    );
+    inference::add_sub(&inference::client(), replacement, HTTP_PORT, MODEL, 7).await?;
+    Ok(())
+}
+
+fn names(pods: &[Pod]) -> BTreeSet<String> {
+    pods.iter().filter_map(|p| p.metadata.name.clone()).collect()
+}
+
+fn no_failures(during: &str, tally: &Tally) -> Result<()> {
+    println!(
+        "e2e: during {during}: {} requests answered correctly, {} failed, by pod: {:?}",
+        tally.ok, tally.failed, tally.served_by
+    );
+    ensure!(
+        tally.failed == 0,
+        "{} of {} requests failed during {during}; the first: {:#?}",
+        tally.failed,
+        tally.ok + tally.failed,
+        tally.failures
+    );
+    ensure!(tally.ok > 0, "no request was answered during {during}");
+    Ok(())
+}

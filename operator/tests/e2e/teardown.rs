@@ -1,0 +1,223 @@
+//! No path leaves a cluster behind: a harness killed with SIGKILL (no
+//! destructor, no signal handler) takes its control plane, its process
+//! nodes, their pods' servers and its S3 endpoint with it within a minute.
+//!
+//! The scenario runs this very binary as a second harness (a child in
+//! [`child`] mode, with its own cluster and pod range), waits until a pod of
+//! it serves, kills it, and watches every process whose command line names
+//! the child's folder go away.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::cluster::Cluster;
+use crate::env::Env;
+
+/// The variable that puts this binary in child mode, naming its folder.
+pub const CHILD_DIR: &str = "NEREID_E2E_KILL_PROBE";
+/// The child's pod range: the suite's cluster has 10.244.0.0/16.
+const CHILD_POD_CIDR: &str = "10.245.0.0/16";
+/// What the child prints once its pod serves.
+const SERVING: &str = "serving";
+/// How long everything may take to go once the harness is killed (the bar).
+const GONE_WITHIN: Duration = Duration::from_secs(60);
+/// The programs that must be running before the kill, and gone after it.
+const PROGRAMS: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "nereid-proc-node",
+    "nereid-server",
+    "moto_server",
+];
+
+pub async fn run(env: &Env) -> Result<()> {
+    let dir = env.scratch("kill-probe");
+    std::fs::create_dir_all(&dir)?;
+    let marker = dir.to_str().context("a UTF-8 path")?.to_string();
+    let stderr = std::fs::File::create(dir.join("harness.log"))?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(CHILD_DIR, &dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .context("starting the second harness")?;
+    let stdout = child.stdout.take().context("its stdout")?;
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let started = tokio::task::spawn_blocking(move || {
+        lines
+            .recv_timeout(Duration::from_secs(180))
+            .ok()
+            .filter(|line| line == SERVING)
+    })
+    .await?;
+    if started.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        bail!(
+            "the second harness did not get a pod serving; see {}/harness.log",
+            dir.display()
+        );
+    }
+
+    // Everything the second harness started, by parentage (its script, the
+    // control plane, the S3 server, the process node and its pods' servers)
+    // and anything else naming its folder.
+    let child_pid = child.id();
+    let mut running = descendants(child_pid);
+    for process in processes_naming(&marker) {
+        if !running.contains(&process) {
+            running.push(process);
+        }
+    }
+    for program in PROGRAMS {
+        ensure!(
+            running.iter().any(|p| p.cmdline.contains(program)),
+            "{program} is not among the second harness's processes: {running:#?}"
+        );
+    }
+    child.kill().context("SIGKILL to the second harness")?;
+    child.wait()?;
+    let killed = Instant::now();
+    loop {
+        let left: Vec<&Process> = running.iter().filter(|p| p.alive()).collect();
+        let route = local_route(CHILD_POD_CIDR);
+        if left.is_empty() && !route {
+            println!(
+                "e2e: the {} processes of a SIGKILLed harness were gone {:.1}s after the kill",
+                running.len(),
+                killed.elapsed().as_secs_f64()
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            return Ok(());
+        }
+        if killed.elapsed() > GONE_WITHIN {
+            bail!("{GONE_WITHIN:?} after SIGKILL, still there: {left:#?} (pod route left: {route})");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A process, told apart from a later one with the same PID by its start time.
+#[derive(Debug, PartialEq, Eq)]
+struct Process {
+    pid: u32,
+    ppid: u32,
+    start_time: u64,
+    cmdline: String,
+}
+
+impl Process {
+    fn read(pid: u32) -> Option<Process> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After "pid (comm)": state, ppid, ... start time is the 20th.
+        let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        Some(Process {
+            pid,
+            ppid: fields.get(1)?.parse().ok()?,
+            start_time: fields.get(19)?.parse().ok()?,
+            cmdline: String::from_utf8_lossy(&raw).replace('\0', " ").trim().to_string(),
+        })
+    }
+
+    /// Still running (a zombie has no command line left and counts as gone).
+    fn alive(&self) -> bool {
+        Process::read(self.pid).is_some_and(|now| now.start_time == self.start_time && !now.cmdline.is_empty())
+    }
+}
+
+fn all_processes() -> Vec<Process> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(Process::read)
+        .collect()
+}
+
+/// Every process below `root`.
+fn descendants(root: u32) -> Vec<Process> {
+    let mut all = all_processes();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        let (children, rest): (Vec<Process>, Vec<Process>) = all.into_iter().partition(|p| p.ppid == parent);
+        all = rest;
+        parents.extend(children.iter().map(|p| p.pid));
+        found.extend(children);
+    }
+    found
+}
+
+/// Every process whose command line names `marker`, but this one.
+fn processes_naming(marker: &str) -> Vec<Process> {
+    let own = std::process::id();
+    all_processes()
+        .into_iter()
+        .filter(|p| p.pid != own && p.cmdline.contains(marker))
+        .collect()
+}
+
+/// Whether `cidr` is still local on lo.
+fn local_route(cidr: &str) -> bool {
+    Command::new("ip")
+        .args(["route", "show", "table", "local", cidr])
+        .output()
+        .map(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
+        .unwrap_or(false)
+}
+
+/// The second harness: a cluster with process nodes, one serving pod, then
+/// it waits to be killed (or gives up after a few minutes).
+pub fn child(repo: &Path, bin: &Path, dir: &Path) -> ExitCode {
+    match serve_until_killed(repo, bin, dir) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("e2e kill probe: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_until_killed(repo: &Path, bin: &Path, dir: &Path) -> Result<()> {
+    let mut serving = crate::workspace::serving(repo)?;
+    serving.pod_cidr = CHILD_POD_CIDR;
+    let cluster = Cluster::start(repo, bin, dir, Some(&serving))?;
+    let kubectl = |args: &[&str], stdin: Option<&str>| -> Result<()> {
+        let mut command = Command::new(bin.join("kubectl"));
+        command.arg("--kubeconfig").arg(&cluster.kubeconfig).args(args);
+        let output = crate::env::blocking_run(command, stdin)?;
+        crate::env::checked(output).map(drop)
+    };
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kill-probe\nspec:\n  nodeSelector:\n    \
+               nereid.dev/process-node: \"true\"\n  tolerations:\n  - {key: nereid.dev/process-node, operator: Exists}\n  \
+               containers:\n  - name: server\n    image: nereid-e2e:test\n    \
+               command: [nereid-server, --model-repository, /repo]\n    volumeMounts: [{name: repo, mountPath: /repo}]\n    \
+               readinessProbe: {httpGet: {path: /v2/health/ready, port: 8000}, periodSeconds: 1}\n  \
+               volumes: [{name: repo, emptyDir: {}}]\n";
+    kubectl(&["apply", "-f", "-"], Some(pod))?;
+    kubectl(
+        &["wait", "--for=condition=Ready", "pod/kill-probe", "--timeout=120s"],
+        None,
+    )?;
+    println!("{SERVING}");
+    std::thread::sleep(Duration::from_secs(300));
+    drop(cluster);
+    bail!("nobody killed the second harness within 5 minutes")
+}
