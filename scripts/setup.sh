@@ -24,6 +24,12 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
 fi
 
+# The e2e process nodes make their pod range local with `ip route`.
+if ! command -v ip >/dev/null 2>&1; then
+    echo "setup: installing iproute2" >&2
+    apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
+fi
+
 # Reinstall only when the requirements change.
 stamp="$venv/.requirements.sha256"
 want=$(sha256sum "$repo/tests/requirements.txt" | cut -d' ' -f1)
