@@ -1,22 +1,37 @@
 //! The Helm chart: lint, the plain manifests in deploy/ kept in sync, the
 //! rendered objects accepted by the API server (server-side dry-run), and a
-//! real install; then the operator, started with the chart's rights.
+//! real install whose operator pods run on the process nodes; then the
+//! wait for one of them to lead.
 
 use std::process::Command;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 
-use crate::env::{self, Env, OPERATOR_NAME, OPERATOR_NAMESPACE, RELEASE};
-use crate::operator::{LEASE_NAME, Operator, service_account_kubeconfig};
+use crate::env::{self, Env, OPERATOR_NAME, OPERATOR_NAMESPACE, RELEASE, SERVER_IMAGE};
+use crate::operator::{self, LEASE_DURATION_SECS};
 use crate::wait::{self, LONG};
 
-/// Identity of the first operator replica.
-pub const FIRST_OPERATOR: &str = "e2e-operator-a";
+/// What this suite sets in the chart (a user's values file): the operator
+/// pods on the process nodes (their nodeSelector and toleration), the
+/// serving image they hand to models, a short lease, and debug logs.
+pub fn values(env: &Env) -> Result<std::path::PathBuf> {
+    let (repository, tag) = SERVER_IMAGE.split_once(':').context("the server image's tag")?;
+    let path = env.scratch("e2e-values.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "serverImage:\n  repository: {repository}\n  tag: {tag}\nleaderElection:\n  \
+             leaseDurationSeconds: {LEASE_DURATION_SECS}\nlogLevel: info,nereid_operator=debug\n\
+             nodeSelector:\n  nereid.dev/process-node: \"true\"\ntolerations:\n\
+             - key: nereid.dev/process-node\n  operator: Exists\n  effect: NoSchedule\n"
+        ),
+    )?;
+    Ok(path)
+}
 
 pub async fn install(env: &Env) -> Result<()> {
     let chart = env.path("charts/nereid");
@@ -61,12 +76,15 @@ pub async fn install(env: &Env) -> Result<()> {
             .with_context(|| format!("server-side dry-run of the chart rendered with {values:?}"))?;
     }
 
+    let values = values(env)?;
     env.helm([
         "install",
         RELEASE,
         chart,
         "--namespace",
         OPERATOR_NAMESPACE,
+        "--values",
+        values.to_str().context("a UTF-8 path")?,
         "--wait",
         "--timeout",
         "180s",
@@ -117,27 +135,18 @@ pub async fn install(env: &Env) -> Result<()> {
     Ok(())
 }
 
-/// Starts the first operator replica with a token of the chart's
-/// ServiceAccount, and waits until it holds the lease.
-pub async fn start_operator(env: &Env) -> Result<()> {
-    let kubeconfig = service_account_kubeconfig(env, OPERATOR_NAMESPACE, OPERATOR_NAME).await?;
-    let operator = Operator::start(env, FIRST_OPERATOR, &kubeconfig, &[])?;
-    env.operators.lock().expect("operators").push(operator);
-    wait::until("the first operator to hold the lease", LONG, || {
-        lease_holder_is(env, FIRST_OPERATOR)
+/// Waits until both operator pods serve and one of them holds the lease.
+pub async fn operator_leads(env: &Env) -> Result<()> {
+    wait::until("an operator pod to hold the lease", LONG, || async {
+        let replicas = operator::replicas(env, OPERATOR_NAMESPACE, RELEASE).await?;
+        ensure!(replicas.len() == 2, "{} ready operator pods", replicas.len());
+        let (leader, _) = operator::leader_and_standbys(env, OPERATOR_NAMESPACE, OPERATOR_NAME, replicas).await?;
+        ensure!(
+            leader.metric("nereid_operator_leader").await? == 1.0,
+            "{} does not report leading yet",
+            leader.name
+        );
+        Ok(())
     })
     .await
-}
-
-/// Succeeds when the lease's holder is `identity`.
-pub async fn lease_holder_is(env: &Env, identity: &str) -> Result<()> {
-    let leases: Api<Lease> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
-    let holder = leases
-        .get(LEASE_NAME)
-        .await?
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
-    ensure!(holder == identity, "the lease is held by {holder:?}");
-    Ok(())
 }

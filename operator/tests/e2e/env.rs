@@ -1,17 +1,15 @@
-//! What every scenario gets: the cluster, an admin client, the command-line
-//! tools a user would run (`kubectl`, `helm`) and the operator processes.
+//! What every scenario gets: the cluster, an admin client and the
+//! command-line tools a user would run (`kubectl`, `helm`).
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Mutex;
 
 use anyhow::{Context, Result, bail};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::cluster::Cluster;
-use crate::operator::Operator;
 
 /// The release and namespace the chart is installed as.
 pub const RELEASE: &str = "nereid";
@@ -28,8 +26,6 @@ pub struct Env {
     pub cluster: Cluster,
     /// Cluster admin, for looking at objects (the operator runs with its own rights).
     pub client: Client,
-    /// The operator processes started so far (the leader scenario adds and kills some).
-    pub operators: Mutex<Vec<Operator>>,
 }
 
 impl Env {
@@ -44,7 +40,6 @@ impl Env {
             bin,
             cluster,
             client,
-            operators: Mutex::new(Vec::new()),
         })
     }
 

@@ -1,6 +1,7 @@
-//! Two operator replicas: only the lease holder reconciles; when it dies
-//! without a goodbye (SIGKILL), the standby takes the lease once it expires
-//! and reconciles from then on.
+//! The chart's two operator replicas: only the lease holder reconciles;
+//! when it stops without a goodbye (frozen: no renewal, no release, as a
+//! hung process or a partitioned node), the standby takes the lease once it
+//! expires and reconciles from then on.
 
 use std::time::{Duration, Instant};
 
@@ -8,27 +9,22 @@ use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 
-use crate::chart::{FIRST_OPERATOR, lease_holder_is};
-use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE};
+use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE, RELEASE};
 use crate::models;
-use crate::operator::{LEASE_DURATION_SECS, Operator, metric, service_account_kubeconfig};
+use crate::operator::{self, LEASE_DURATION_SECS};
 use crate::wait::{self, LONG};
 
 const NAMESPACE: &str = "leader";
-const SECOND_OPERATOR: &str = "e2e-operator-b";
 const RECONCILES: &str = "nereid_operator_reconcile_total{kind=\"InferenceModel\"}";
 const LEADER: &str = "nereid_operator_leader";
 
 pub async fn run(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
-    let kubeconfig = service_account_kubeconfig(env, OPERATOR_NAMESPACE, OPERATOR_NAME).await?;
-    let standby = Operator::start(env, SECOND_OPERATOR, &kubeconfig, &[])?;
-    wait::until("the second operator to be ready", LONG, || standby.ready()).await?;
-    let standby_metrics = standby.metrics;
-    env.operators.lock().expect("operators").push(standby);
+    let replicas = operator::replicas(env, OPERATOR_NAMESPACE, RELEASE).await?;
+    let (leader, standbys) = operator::leader_and_standbys(env, OPERATOR_NAMESPACE, OPERATOR_NAME, replicas).await?;
+    let standby = standbys.into_iter().next().context("no standby replica")?;
 
-    // While the first holds the lease, a new model is reconciled by it alone.
-    lease_holder_is(env, FIRST_OPERATOR).await?;
+    // While the leader holds the lease, a new model is reconciled by it alone.
     models::apply(
         env,
         NAMESPACE,
@@ -36,34 +32,28 @@ pub async fn run(env: &Env) -> Result<()> {
     )
     .await?;
     models::ready(env, NAMESPACE, "before-takeover", 1).await?;
-    let standby = |series| metric(standby_metrics, series);
-    ensure!(standby(LEADER).await? == 0.0, "the standby claims to lead");
+    ensure!(standby.metric(LEADER).await? == 0.0, "the standby claims to lead");
     ensure!(
-        standby(RECONCILES).await? == 0.0,
+        standby.metric(RECONCILES).await? == 0.0,
         "the standby reconciled while not leading"
     );
 
-    // Kill the leader; the standby takes over once the lease expires.
-    let killed_at = Instant::now();
-    {
-        let mut operators = env.operators.lock().expect("operators");
-        let first = operators
-            .iter_mut()
-            .find(|o| o.identity == FIRST_OPERATOR)
-            .context("the first operator")?;
-        first.kill();
-    }
+    // Freeze the leader; the standby takes over once the lease expires.
+    leader.freeze()?;
+    let frozen_at = Instant::now();
     let bound = Duration::from_secs(LEASE_DURATION_SECS * 3 + 10);
-    wait::until("the standby to take the lease", bound, || {
-        lease_holder_is(env, SECOND_OPERATOR)
+    wait::until("the standby to take the lease", bound, || async {
+        let holder = operator::lease_holder(env, OPERATOR_NAMESPACE, OPERATOR_NAME).await?;
+        ensure!(holder == standby.name, "the lease is held by {holder}");
+        Ok(())
     })
     .await?;
     println!(
-        "e2e: the standby took the lease {:.1}s after the leader was killed (lease duration {LEASE_DURATION_SECS}s)",
-        killed_at.elapsed().as_secs_f64()
+        "e2e: the standby took the lease {:.1}s after the leader froze (lease duration {LEASE_DURATION_SECS}s)",
+        frozen_at.elapsed().as_secs_f64()
     );
     wait::until("the standby to report leading", LONG, || async {
-        ensure!(standby(LEADER).await? == 1.0, "not leading yet");
+        ensure!(standby.metric(LEADER).await? == 1.0, "not leading yet");
         Ok(())
     })
     .await?;
@@ -80,6 +70,27 @@ pub async fn run(env: &Env) -> Result<()> {
         .get("after-takeover")
         .await
         .context("the new leader did not create the Deployment")?;
-    ensure!(standby(RECONCILES).await? > 0.0, "the new leader counted no reconcile");
-    Ok(())
+    ensure!(
+        standby.metric(RECONCILES).await? > 0.0,
+        "the new leader counted no reconcile"
+    );
+
+    // The frozen pod goes (SIGKILL at its grace period: a stopped process
+    // handles no SIGTERM); the Deployment brings a new standby.
+    env.kubectl([
+        "delete",
+        "pod",
+        "-n",
+        OPERATOR_NAMESPACE,
+        &leader.name,
+        "--grace-period=1",
+        "--wait=true",
+    ])
+    .await?;
+    wait::until("a new standby", LONG, || async {
+        let replicas = operator::replicas(env, OPERATOR_NAMESPACE, RELEASE).await?;
+        ensure!(replicas.len() == 2, "{} ready operator pods", replicas.len());
+        Ok(())
+    })
+    .await
 }

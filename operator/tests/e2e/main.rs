@@ -7,8 +7,8 @@
 //! Mocks prove little about an operator: watch semantics, server-side apply,
 //! CRD schemas and CEL, the scale subresource, garbage collection and HPAs
 //! only behave truly on a real API server. So this suite installs the chart
-//! with `helm`, runs `nereid-operator` as a process with the chart's
-//! ServiceAccount, drives it with `kubectl` as a user would, and asserts on
+//! with `helm` (its operator pods run on the process nodes, with the chart's
+//! ServiceAccount and RBAC), drives it with `kubectl` as a user would, and asserts on
 //! the objects and statuses the API server holds, and on the answers of the
 //! servers in the pods it made.
 //!
@@ -58,8 +58,8 @@ use crate::env::{Env, is_executable};
 
 type Run = for<'a> fn(&'a Env) -> Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
 
-/// The scenarios, in the order they run. The leader scenario kills the first
-/// operator and the scoped one stops every other, so they come last.
+/// The scenarios, in the order they run. The leader scenario freezes the
+/// leading operator and the scoped one stops the chart's, so they come last.
 const SCENARIOS: &[(&str, Run)] = &[
     ("examples_become_ready_workloads", |env| Box::pin(examples::run(env))),
     ("gpu_models_schedule_onto_gpu_nodes_or_say_why_not", |env| {
@@ -208,7 +208,7 @@ async fn run(repo: PathBuf, bin: PathBuf, serving: Serving, selected: &[&(&str, 
         println!("e2e: control plane up in {:.1}s", started.elapsed().as_secs_f64());
         let env = Env::new(repo.clone(), bin.clone(), cluster).await?;
         chart::install(&env).await.context("setting up the chart")?;
-        chart::start_operator(&env).await.context("starting the operator")?;
+        chart::operator_leads(&env).await.context("the chart's operator pods")?;
         anyhow::Ok(env)
     };
     let env = match setup.await {
@@ -231,13 +231,7 @@ async fn run(repo: PathBuf, bin: PathBuf, serving: Serving, selected: &[&(&str, 
         }
     }
     if !failed.is_empty() {
-        for operator in env.operators.lock().expect("operators").iter() {
-            println!(
-                "--- operator {} log (last lines)\n{}",
-                operator.identity,
-                operator.log_tail(40)
-            );
-        }
+        print!("{}", operator::log_tails(&env, 40));
         println!(
             "failures: {failed:?}; the control plane's logs are in {}/logs",
             dir.display()

@@ -1,159 +1,154 @@
-//! `nereid-operator` processes, run the way the chart runs them: with the
-//! chart's ServiceAccount (a token of it, so the chart's RBAC is what is
-//! tested), its lease settings, and a metrics port to read.
+//! The operator as the chart deploys it: the chart's Deployment, its pods
+//! on the process nodes running this checkout's `nereid-operator` with
+//! in-cluster configuration (the projected token of the chart's
+//! ServiceAccount, so the chart's RBAC is what is tested), electing a
+//! leader through the chart's Lease. The scenarios read a replica's
+//! metrics on its pod IP, and can freeze one to take its lease away.
 
-use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::IpAddr;
 
-use anyhow::{Context, Result};
-use k8s_openapi::api::apps::v1::Deployment;
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::config::Kubeconfig;
+use kube::api::ListParams;
 
-use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE, SERVER_IMAGE};
+use crate::env::Env;
 
-/// Short, so that a takeover is quick to see.
+/// The chart's lease duration in this suite (`leaderElection.leaseDurationSeconds`):
+/// short, so that a takeover is quick to see.
 pub const LEASE_DURATION_SECS: u64 = 5;
-/// The chart's lease name (its Role grants only this one).
-pub const LEASE_NAME: &str = OPERATOR_NAME;
+/// The port the chart gives the operator's metrics and health endpoints.
+const METRICS_PORT: u16 = 8080;
 
-pub struct Operator {
-    pub identity: String,
-    pub metrics: SocketAddr,
-    pub log: PathBuf,
-    child: Child,
+/// One running operator replica: its pod and where its metrics are.
+#[derive(Clone, Debug)]
+pub struct Replica {
+    pub name: String,
+    pub ip: IpAddr,
 }
 
-impl Operator {
-    /// Starts an operator with the identity `identity` and the rights in
-    /// `kubeconfig`; `settings` (environment variables) override the defaults.
-    pub fn start(env: &Env, identity: &str, kubeconfig: &Path, settings: &[(&str, &str)]) -> Result<Operator> {
-        let metrics = free_port()?;
-        let log = env.scratch(&format!("logs/operator-{identity}.log"));
-        let output = std::fs::File::create(&log)?;
-        // setpriv (util-linux) execs the operator with a parent-death signal:
-        // should this harness be killed outright, its operators die with it
-        // instead of retrying a vanished API server for ever. The signal
-        // follows the spawning thread, a runtime worker that lives as long
-        // as the harness.
-        let child = Command::new("setpriv")
-            .args(["--pdeathsig", "KILL", "--"])
-            .arg(env!("CARGO_BIN_EXE_nereid-operator"))
-            .env_clear()
-            .env("KUBECONFIG", kubeconfig)
-            .env("NEREID_SERVER_IMAGE", SERVER_IMAGE)
-            .env("NEREID_OPERATOR_METRICS_ADDRESS", metrics.to_string())
-            .env("POD_NAMESPACE", OPERATOR_NAMESPACE)
-            .env("POD_NAME", identity)
-            .env("NEREID_LEASE_NAME", LEASE_NAME)
-            .env("NEREID_LEASE_DURATION_SECS", LEASE_DURATION_SECS.to_string())
-            .env("RUST_LOG", "info,nereid_operator=debug")
-            .env("NO_COLOR", "1")
-            .envs(settings.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(output.try_clone()?)
-            .stderr(output)
-            .spawn()
-            .context("starting nereid-operator")?;
-        Ok(Operator {
-            identity: identity.to_string(),
-            metrics,
-            log,
-            child,
-        })
+impl Replica {
+    /// A metric of this replica: the value of the line that starts with
+    /// `series` (name and labels as Prometheus prints them), 0 when absent
+    /// (an unset counter).
+    pub async fn metric(&self, series: &str) -> Result<f64> {
+        Ok(self
+            .metrics()
+            .await?
+            .lines()
+            .filter_map(|line| line.strip_prefix(series))
+            .find_map(|rest| rest.strip_prefix(' ').and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(0.0))
     }
 
-    /// Whether `/readyz` answers 200.
-    pub async fn ready(&self) -> Result<()> {
-        reqwest::get(format!("http://{}/readyz", self.metrics))
+    /// Everything it exports.
+    pub async fn metrics(&self) -> Result<String> {
+        Ok(crate::inference::client()
+            .get(format!("http://{}:{METRICS_PORT}/metrics", self.ip))
+            .send()
             .await?
-            .error_for_status()?;
+            .error_for_status()?
+            .text()
+            .await?)
+    }
+
+    /// Stops the replica's process where it stands (SIGSTOP): it renews
+    /// nothing and says no goodbye, like a hung process or a partitioned
+    /// node; its pod must be deleted afterwards.
+    pub fn freeze(&self) -> Result<()> {
+        let pid = process_of_pod(&self.name)?;
+        let status = std::process::Command::new("kill")
+            .args(["-STOP", &pid.to_string()])
+            .status()?;
+        ensure!(status.success(), "kill -STOP {pid} failed");
         Ok(())
     }
-
-    /// Kills the process at once (SIGKILL: no chance to release the lease),
-    /// as a crashed node or an OOM kill would.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// The last lines of its log, for failure reports.
-    pub fn log_tail(&self, lines: usize) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let all: Vec<&str> = log.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
-    }
 }
 
-impl Drop for Operator {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// A kubeconfig holding a token of the ServiceAccount of the chart's
-/// operator Deployment `deployment` in `namespace`.
-pub async fn service_account_kubeconfig(env: &Env, namespace: &str, deployment: &str) -> Result<PathBuf> {
-    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), namespace);
-    let deployment = deployments
-        .get(deployment)
-        .await
-        .context("the chart's operator Deployment")?;
-    let account = deployment
-        .spec
-        .template
-        .spec
-        .and_then(|s| s.service_account_name)
-        .context("the operator Deployment names no ServiceAccount")?;
-    let token = env
-        .kubectl(["create", "token", &account, "-n", namespace, "--duration", "2h"])
+/// The ready operator pods of the Helm release `release` in `namespace`.
+pub async fn replicas(env: &Env, namespace: &str, release: &str) -> Result<Vec<Replica>> {
+    let selector = format!("app.kubernetes.io/instance={release},app.kubernetes.io/component=operator");
+    let pods = Api::<Pod>::namespaced(env.client.clone(), namespace)
+        .list(&ListParams::default().labels(&selector))
         .await?;
-    let admin = Kubeconfig::read_from(&env.cluster.kubeconfig)?;
-    let cluster = admin
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .context("the admin kubeconfig has no cluster")?;
-    let server = cluster.server.clone().context("no server")?;
-    let ca = cluster.certificate_authority.clone().context("no CA")?;
-    let path = env.scratch(&format!("{namespace}-{account}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {server}\n    \
-             certificate-authority: {ca}\nusers:\n- name: {account}\n  user:\n    token: {}\ncontexts:\n\
-             - name: e2e\n  context: {{cluster: e2e, user: {account}, namespace: {namespace}}}\n\
-             current-context: e2e\n",
-            token.trim()
-        ),
-    )?;
-    Ok(path)
+    pods.items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && crate::models::running_and_ready(p))
+        .map(|p| {
+            Ok(Replica {
+                name: p.metadata.name.clone().context("a pod name")?,
+                ip: crate::serving::pod_ip(p)?,
+            })
+        })
+        .collect()
 }
 
-/// A metric of the operator serving metrics at `address`: the value of the
-/// line that starts with `series` (name and labels as Prometheus prints
-/// them), 0 when absent (an unset counter).
-pub async fn metric(address: SocketAddr, series: &str) -> Result<f64> {
-    Ok(metrics(address)
+/// The identity holding the Lease `lease` in `namespace`.
+pub async fn lease_holder(env: &Env, namespace: &str, lease: &str) -> Result<String> {
+    Api::<Lease>::namespaced(env.client.clone(), namespace)
+        .get(lease)
         .await?
-        .lines()
-        .filter_map(|line| line.strip_prefix(series))
-        .find_map(|rest| rest.strip_prefix(' ').and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0.0))
+        .spec
+        .and_then(|s| s.holder_identity)
+        .filter(|h| !h.is_empty())
+        .context("the lease has no holder")
 }
 
-/// Everything the operator at `address` exports.
-pub async fn metrics(address: SocketAddr) -> Result<String> {
-    Ok(reqwest::get(format!("http://{address}/metrics"))
-        .await?
-        .error_for_status()?
-        .text()
-        .await?)
+/// The leader among `replicas` (by the Lease) and the others.
+pub async fn leader_and_standbys(
+    env: &Env,
+    namespace: &str,
+    lease: &str,
+    replicas: Vec<Replica>,
+) -> Result<(Replica, Vec<Replica>)> {
+    let holder = lease_holder(env, namespace, lease).await?;
+    let (leaders, standbys): (Vec<Replica>, Vec<Replica>) = replicas.into_iter().partition(|r| r.name == holder);
+    let leader = leaders
+        .into_iter()
+        .next()
+        .with_context(|| format!("the lease holder {holder} is not a ready replica"))?;
+    Ok((leader, standbys))
 }
 
-fn free_port() -> Result<SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0")?;
-    Ok(listener.local_addr()?)
+/// The operator process of pod `pod`: the process node gives each
+/// container `POD_NAME` from the downward API, as the chart asks.
+fn process_of_pod(pod: &str) -> Result<u32> {
+    let wanted = format!("POD_NAME={pod}");
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("nereid-operator") {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        if environ.split(|b| *b == 0).any(|var| var == wanted.as_bytes()) {
+            return Ok(pid);
+        }
+    }
+    bail!("no nereid-operator process of pod {pod}")
+}
+
+/// The end of every operator container's log under the process nodes'
+/// state folder, for failure reports.
+pub fn log_tails(env: &Env, lines: usize) -> String {
+    let mut out = String::new();
+    let Ok(pods) = std::fs::read_dir(env.cluster.dir.join("pods")) else {
+        return out;
+    };
+    for pod in pods.flatten() {
+        let log = pod.path().join("containers/operator/log");
+        let Ok(text) = std::fs::read_to_string(&log) else {
+            continue;
+        };
+        let all: Vec<&str> = text.lines().collect();
+        out.push_str(&format!(
+            "--- {} (last lines)\n{}\n",
+            pod.file_name().to_string_lossy(),
+            all[all.len().saturating_sub(lines)..].join("\n")
+        ));
+    }
+    out
 }

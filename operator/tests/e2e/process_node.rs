@@ -3,7 +3,8 @@
 //! nothing; a container that exits at once crash-loops with back-off; a
 //! probe on a port nothing listens on keeps the pod unready, with the
 //! probe's failure in an Event. And a gRPC probe (grpc.health.v1, as the
-//! kubelet sends it) against the server's gRPC port makes its pod ready.
+//! kubelet sends it) against the server's gRPC port makes its pod ready,
+//! and a pod that asks for a GPU is placed on the process node that has them.
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
@@ -65,6 +66,19 @@ pub async fn run(env: &Env) -> Result<()> {
              volumes: [{name: repo, emptyDir: {}}]\n",
         ),
     ];
+    // Any process node, as long as it has a GPU free: only proc-gpu-0 does.
+    let gpu = pod(
+        "gpu-pod",
+        SERVER_IMAGE,
+        "      command: [nereid-server, --model-repository, /repo]\n      volumeMounts: [{name: repo, mountPath: /repo}]\n      \
+         resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: repo, emptyDir: {}}]\n",
+    )
+    .replace("kubernetes.io/hostname: proc-0", "nereid.dev/process-node: \"true\"")
+    .replace(
+        "  automountServiceAccountToken",
+        "  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n  automountServiceAccountToken",
+    );
+    let manifests = [&manifests[..], &[gpu]].concat();
     env.kubectl_stdin(["apply", "-n", NAMESPACE, "-f", "-"], &manifests.join("---\n"))
         .await?;
 
@@ -136,6 +150,18 @@ pub async fn run(env: &Env) -> Result<()> {
             Ok(())
         },
     )
+    .await?;
+
+    wait::until("gpu-pod to run on proc-gpu-0", LONG, || async {
+        let (pod, c) = container(env, "gpu-pod").await?;
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        ensure!(node == "proc-gpu-0", "on {node:?}");
+        ensure!(
+            c.state.as_ref().is_some_and(|s| s.running.is_some()),
+            "not running: {c:?}"
+        );
+        Ok(())
+    })
     .await?;
 
     wait::until("grpc-probe to be ready through its gRPC probe", LONG, || async {

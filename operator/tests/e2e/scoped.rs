@@ -1,7 +1,8 @@
 //! `watchNamespaces`: the chart installed for some namespaces binds the
-//! operator's ClusterRole there only (RoleBindings), and the operator, told
-//! the same namespaces, reconciles their InferenceModels with those rights
-//! and leaves every other namespace alone.
+//! operator's ClusterRole there only (RoleBindings), and its operator pods,
+//! told the same namespaces, reconcile their InferenceModels with those
+//! rights (their own token: nothing else is granted) and leave every other
+//! namespace alone.
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -9,9 +10,9 @@ use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use kube::Api;
 use kube::api::ListParams;
 
-use crate::env::Env;
+use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE};
 use crate::models;
-use crate::operator::{Operator, metrics, service_account_kubeconfig};
+use crate::operator;
 use crate::wait::{self, LONG};
 
 const RELEASE: &str = "scoped";
@@ -20,17 +21,33 @@ const WATCHED: &str = "team-a";
 const UNWATCHED: &str = "team-b";
 
 pub async fn run(env: &Env) -> Result<()> {
-    // Nobody else may reconcile from here on.
-    env.operators.lock().expect("operators").clear();
+    // Nobody else may reconcile from here on: the cluster-wide release stops.
+    env.kubectl([
+        "scale",
+        "-n",
+        OPERATOR_NAMESPACE,
+        &format!("deployment/{OPERATOR_NAME}"),
+        "--replicas=0",
+    ])
+    .await?;
+    wait::until("the cluster-wide operators to stop", LONG, || async {
+        let left = operator::replicas(env, OPERATOR_NAMESPACE, crate::env::RELEASE).await?;
+        ensure!(left.is_empty(), "still running: {left:?}");
+        Ok(())
+    })
+    .await?;
 
     env.namespace(NAMESPACE).await?;
     let chart = env.path("charts/nereid");
+    let values = crate::chart::values(env)?;
     env.helm([
         "install",
         RELEASE,
         chart.to_str().unwrap_or_default(),
         "--namespace",
         NAMESPACE,
+        "--values",
+        values.to_str().unwrap_or_default(),
         "--set",
         "watchNamespaces={team-a}",
         "--wait",
@@ -83,19 +100,11 @@ pub async fn run(env: &Env) -> Result<()> {
         .any(|b| b.subjects.iter().flatten().any(|s| s.name == account));
     ensure!(!cluster_wide, "{account} is bound cluster-wide");
 
-    let kubeconfig = service_account_kubeconfig(env, NAMESPACE, &name).await?;
-    let operator = Operator::start(
-        env,
-        "e2e-operator-scoped",
-        &kubeconfig,
-        &[
-            ("NEREID_WATCH_NAMESPACES", WATCHED),
-            ("POD_NAMESPACE", NAMESPACE),
-            ("NEREID_LEASE_NAME", &name),
-        ],
-    )?;
-    let address = operator.metrics;
-    env.operators.lock().expect("operators").push(operator);
+    wait::until("a scoped operator pod to lead", LONG, || async {
+        let replicas = operator::replicas(env, NAMESPACE, RELEASE).await?;
+        operator::leader_and_standbys(env, NAMESPACE, &name, replicas).await
+    })
+    .await?;
 
     models::apply(env, UNWATCHED, &models::manifest("unwatched", 1, models::SMALL_CPU)).await?;
     models::apply(env, WATCHED, &models::manifest("watched", 1, models::SMALL_CPU)).await?;
@@ -111,12 +120,14 @@ pub async fn run(env: &Env) -> Result<()> {
         .get_opt("unwatched")
         .await?;
     ensure!(deployment.is_none(), "the unwatched model got a Deployment");
-    // And nothing it tried was refused.
-    let text = wait::until("the scoped operator's metrics", LONG, || metrics(address)).await?;
-    let errors: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("nereid_operator_reconcile_errors_total"))
-        .collect();
-    ensure!(errors.is_empty(), "reconcile errors: {errors:?}");
+    // And nothing any replica tried was refused.
+    for replica in operator::replicas(env, NAMESPACE, RELEASE).await? {
+        let text = replica.metrics().await?;
+        let errors: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("nereid_operator_reconcile_errors_total"))
+            .collect();
+        ensure!(errors.is_empty(), "reconcile errors in {}: {errors:?}", replica.name);
+    }
     Ok(())
 }
