@@ -107,8 +107,8 @@ def measure(binary: Path, perf: Path, extra: list[str], interval_ms: int, work: 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", type=Path, default=REPO / "target" / "release")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--interval-ms", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--interval-ms", type=int, default=5000)
     parser.add_argument("--write", type=Path)
     args = parser.parse_args()
 
@@ -136,24 +136,36 @@ def main() -> int:
     server.stop(grace=None)
 
     median = {n: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for n, rs in results.items()}
-    base = median["metrics off"]
+    # The machine drifts between rounds by more than the effect measured, so
+    # each configuration is compared with the metrics-off run of its own
+    # round (they ran back to back), and the median of those ratios is shown.
+    def paired(name: str, key: str) -> float:
+        return statistics.median(r[key] / b[key] for r, b in zip(results[name], results["metrics off"]))
+
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     lines = [
         "# What observability costs",
         "",
         f"`bench/observability.sh` on commit {commit}: nereid-server (release), gRPC identity FP32[1,16],",
-        f"concurrency 32, nereid-perf on the same {os.cpu_count()} cores; {args.rounds} rounds alternating the",
-        "configurations, medians shown. CPU per request is the server's user+system time from",
-        "/proc/<pid>/stat around the run, divided by the requests the statistics API counted.",
+        f"concurrency 32, nereid-perf on the same {os.cpu_count()} cores; {args.rounds} rounds, each running the",
+        f"three configurations back to back for {args.interval_ms} ms windows. Absolute figures are medians over",
+        "the rounds; the ratios are medians of each round's ratio to that round's metrics-off run, since",
+        "the machine drifts between rounds by more than the effect measured. CPU per request is the",
+        "server's user+system time from /proc/<pid>/stat around the run, divided by the requests the",
+        "statistics API counted.",
         "",
         "| configuration | req/s | vs metrics off | server CPU us/request | vs metrics off | p50 us |",
         "|---|---|---|---|---|---|",
     ]
     for name, m in median.items():
         lines.append(
-            f"| {name} | {m['throughput']:.0f} | {m['throughput'] / base['throughput']:.3f} | "
-            f"{m['cpu_us_per_request']:.1f} | {m['cpu_us_per_request'] / base['cpu_us_per_request']:.3f} | {m['p50_us']:.0f} |"
+            f"| {name} | {m['throughput']:.0f} | {paired(name, 'throughput'):.3f} | "
+            f"{m['cpu_us_per_request']:.1f} | {paired(name, 'cpu_us_per_request'):.3f} | {m['p50_us']:.0f} |"
         )
+    lines += ["", "Throughput of each round, req/s:", "", "| round | " + " | ".join(configs) + " |",
+              "|---|" + "---|" * len(configs)]
+    for i in range(args.rounds):
+        lines.append(f"| {i + 1} | " + " | ".join(f"{results[n][i]['throughput']:.0f}" for n in configs) + " |")
     traced = median["metrics on, tracing rate 1"]["cpu_us_per_request"] - median["metrics on, tracing off"]["cpu_us_per_request"]
     lines += [
         "",
