@@ -1,12 +1,5 @@
 #![no_main]
 
-#[path = "../../tests/fuzz_targets/mod.rs"]
-mod targets;
+include!("harness.rs");
 
-#[global_allocator]
-static ALLOCATOR: targets::CountingAllocator = targets::CountingAllocator;
-
-libfuzzer_sys::fuzz_target!(
-    init: { targets::warm_up() },
-    |data: &[u8]| targets::run(targets::config_json, data, targets::extra_allowance("config_json"))
-);
+fuzz_binary!(config_json);

@@ -1,12 +1,5 @@
 #![no_main]
 
-#[path = "../../tests/fuzz_targets/mod.rs"]
-mod targets;
+include!("harness.rs");
 
-#[global_allocator]
-static ALLOCATOR: targets::CountingAllocator = targets::CountingAllocator;
-
-libfuzzer_sys::fuzz_target!(
-    init: { targets::warm_up() },
-    |data: &[u8]| targets::run(targets::grpc_infer_request, data, targets::extra_allowance("grpc_infer_request"))
-);
+fuzz_binary!(grpc_infer_request);

@@ -1,12 +1,5 @@
 #![no_main]
 
-#[path = "../../tests/fuzz_targets/mod.rs"]
-mod targets;
+include!("harness.rs");
 
-#[global_allocator]
-static ALLOCATOR: targets::CountingAllocator = targets::CountingAllocator;
-
-libfuzzer_sys::fuzz_target!(
-    init: { targets::warm_up() },
-    |data: &[u8]| targets::run(targets::json_tensor_data, data, targets::extra_allowance("json_tensor_data"))
-);
+fuzz_binary!(json_tensor_data);
