@@ -60,18 +60,11 @@ def _require_example_models() -> None:
         )
 
 
-def _launch(tmp_path_factory, name: str, repos, args, wait_for: str = "ready") -> NereidServer:
-    helpers.server_binary()  # fail early and clearly when the binary is missing
-    log_dir = tmp_path_factory.mktemp("logs", numbered=True)
-    server = NereidServer(repos, args, log_path=log_dir / f"{name}.log", wait_for=wait_for)
-    return server.start()
-
-
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
     """Server on examples/models, model control mode none (everything loaded)."""
     _require_example_models()
-    srv = _launch(
+    srv = helpers.launch(
         tmp_path_factory, "main", [EXAMPLES_MODELS],
         ["--model-control-mode", "none", *EXIT_TIMEOUT_ARGS],
     )
@@ -104,9 +97,8 @@ def explicit_server(tmp_path_factory):
     """Explicit model control on a private copy of examples/models; only
     `identity` is loaded at start-up. The copy is `explicit_server.repos[0]`."""
     _require_example_models()
-    repo = tmp_path_factory.mktemp("explicit_repo") / "models"
-    shutil.copytree(EXAMPLES_MODELS, repo)
-    srv = _launch(
+    repo = helpers.private_repo(tmp_path_factory, "explicit_repo")
+    srv = helpers.launch(
         tmp_path_factory, "explicit", [repo],
         ["--model-control-mode", "explicit", "--load-model", "identity", *EXIT_TIMEOUT_ARGS],
     )
@@ -138,7 +130,7 @@ def explicit_grpc_client(explicit_server):
 def small_server(tmp_path_factory):
     """examples/models with tight request limits and a custom server name."""
     _require_example_models()
-    srv = _launch(
+    srv = helpers.launch(
         tmp_path_factory, "small", [EXAMPLES_MODELS],
         [
             "--http-max-input-size", str(SMALL_HTTP_MAX_INPUT),
@@ -165,7 +157,7 @@ def broken_repo_server(tmp_path_factory):
     helpers.make_model_dir(repo, "auto_simple", config=None)
     helpers.make_model_dir(repo, "bad_syntax", config=helpers.broken_syntax_pbtxt("bad_syntax"))
     helpers.make_model_dir(repo, "bad_dtype", config=helpers.simple_config_pbtxt("bad_dtype", "TYPE_FP32"))
-    srv = _launch(
+    srv = helpers.launch(
         tmp_path_factory, "broken_repo", [repo],
         ["--model-control-mode", "none", *EXIT_TIMEOUT_ARGS],
         wait_for="live",

@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -340,6 +341,20 @@ class NereidServer:
 # --------------------------------------------------------------------------
 
 
+def launch(tmp_path_factory, name: str, repos, args, wait_for: str = "ready") -> NereidServer:
+    """Starts a server whose log is `<name>.log` in a fresh pytest folder."""
+    server_binary()  # fail early and clearly when the binary is missing
+    log_dir = tmp_path_factory.mktemp("logs", numbered=True)
+    return NereidServer(repos, args, log_path=log_dir / f"{name}.log", wait_for=wait_for).start()
+
+
+def private_repo(tmp_path_factory, name: str) -> Path:
+    """A copy of examples/models that the test may change."""
+    repo = tmp_path_factory.mktemp(name) / "models"
+    shutil.copytree(EXAMPLES_MODELS, repo)
+    return repo
+
+
 def http_get(server: NereidServer, path: str, **kw: Any) -> requests.Response:
     kw.setdefault("timeout", TIMEOUT)
     return requests.get(server.base_url + path, **kw)
@@ -401,6 +416,14 @@ def assert_http_error(
     for needle in contains:
         assert needle in msg, f"error message {msg!r} does not mention {needle!r}"
     return msg
+
+
+def assert_setting_refused(server: NereidServer, path: str, change: dict, needle: str) -> None:
+    """A bad settings POST is a 400 naming `needle`, changes nothing, and the server keeps serving."""
+    before = http_get(server, path).json()
+    assert_http_error(http_post(server, path, json=change), 400, contains=[needle])
+    assert http_get(server, path).json() == before
+    assert_simple_works(server)
 
 
 def binary_body(header: dict, blobs: Sequence[bytes] = ()) -> tuple[bytes, dict]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import threading
 import time
@@ -29,17 +28,6 @@ from helpers import EXAMPLES_MODELS, HOST, NereidServer
 MiB = 1 << 20
 ADMIN = {"admin-key": "let-me-in"}
 EXIT = ["--exit-timeout-secs", "10"]
-
-
-def _launch(tmp_path_factory, name: str, repos, args) -> NereidServer:
-    log_dir = tmp_path_factory.mktemp("logs", numbered=True)
-    return NereidServer(repos, [*args, *EXIT], log_path=log_dir / f"{name}.log").start()
-
-
-def _private_repo(tmp_path_factory, name: str) -> Path:
-    repo = tmp_path_factory.mktemp(name) / "models"
-    shutil.copytree(EXAMPLES_MODELS, repo)
-    return repo
 
 
 def _status(pid: int, field: str) -> int:
@@ -156,15 +144,15 @@ def test_a_symlink_out_of_the_model_folder_is_refused_like_a_missing_file(explic
 
 @pytest.fixture(scope="module")
 def restricted_server(tmp_path_factory):
-    repo = _private_repo(tmp_path_factory, "restricted_repo")
+    repo = helpers.private_repo(tmp_path_factory, "restricted_repo")
     groups = "model-repository,statistics:admin-key=let-me-in"
-    srv = _launch(
+    srv = helpers.launch(
         tmp_path_factory,
         "restricted",
         [repo],
         [
             "--model-control-mode", "explicit", "--load-model", "identity",
-            "--http-restricted-api", groups, "--grpc-restricted-protocol", groups,
+            "--http-restricted-api", groups, "--grpc-restricted-protocol", groups, *EXIT,
         ],
     )
     yield srv
@@ -233,11 +221,11 @@ def test_conflicting_restriction_flags_stop_the_server_with_tritons_words(tmp_pa
 
 @pytest.fixture(scope="module")
 def timeout_server(tmp_path_factory):
-    srv = _launch(
+    srv = helpers.launch(
         tmp_path_factory,
         "timeouts",
         [EXAMPLES_MODELS],
-        ["--http-header-read-timeout-secs", "2", "--handshake-timeout-secs", "2"],
+        ["--http-header-read-timeout-secs", "2", "--handshake-timeout-secs", "2", *EXIT],
     )
     yield srv
     srv.stop_and_check()
@@ -326,7 +314,7 @@ BUDGET = 32 * MiB
 
 @pytest.fixture(scope="module")
 def budget_server(tmp_path_factory):
-    srv = _launch(
+    srv = helpers.launch(
         tmp_path_factory,
         "budget",
         [EXAMPLES_MODELS],
@@ -334,6 +322,7 @@ def budget_server(tmp_path_factory):
             "--http-max-input-size", str(MAX_INPUT),
             "--grpc-max-message-size", str(MAX_INPUT + 4096),
             "--max-in-flight-bytes", str(BUDGET),
+            *EXIT,
         ],
     )
     yield srv

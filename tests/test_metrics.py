@@ -36,19 +36,16 @@ dynamic_batching { max_queue_delay_microseconds: 1000
 
 @pytest.fixture(scope="module")
 def metrics_server(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("metrics_repo") / "models"
-    import shutil
-
-    shutil.copytree(EXAMPLES_MODELS, repo)
+    repo = helpers.private_repo(tmp_path_factory, "metrics_repo")
     (repo / "slow" / "1").mkdir(parents=True)
     (repo / "slow" / "config.pbtxt").write_text(SLOW)
-    log = tmp_path_factory.mktemp("logs", numbered=True) / "metrics.log"
-    srv = NereidServer(
+    srv = helpers.launch(
+        tmp_path_factory,
+        "metrics",
         [repo],
         ["--metrics-config", "summary_latencies=true", "--metrics-config", "histogram_latencies=true",
          "--metrics-interval-ms", "200", "--exit-timeout-secs", "10"],
-        log_path=log,
-    ).start()
+    )
     yield srv
     srv.stop_and_check()
 

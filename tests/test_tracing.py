@@ -5,7 +5,6 @@ Triton's trace setting APIs over HTTP and gRPC."""
 from __future__ import annotations
 
 import secrets
-import shutil
 import threading
 import time
 from concurrent import futures
@@ -18,7 +17,7 @@ import tritonclient.grpc as grpcclient
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 import helpers
-from helpers import EXAMPLES_MODELS, HOST, NereidServer
+from helpers import HOST
 
 BATCHING = """name: "batching"
 backend: "identity"
@@ -70,12 +69,12 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def traced_server(tmp_path_factory, receiver):
-    repo = tmp_path_factory.mktemp("trace_repo") / "models"
-    shutil.copytree(EXAMPLES_MODELS, repo)
+    repo = helpers.private_repo(tmp_path_factory, "trace_repo")
     (repo / "batching" / "1").mkdir(parents=True)
     (repo / "batching" / "config.pbtxt").write_text(BATCHING)
-    log = tmp_path_factory.mktemp("logs", numbered=True) / "traced.log"
-    srv = NereidServer(
+    srv = helpers.launch(
+        tmp_path_factory,
+        "traced",
         [repo],
         [
             "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
@@ -83,8 +82,7 @@ def traced_server(tmp_path_factory, receiver):
             "--trace-config", "opentelemetry,bsp_schedule_delay=100",
             "--exit-timeout-secs", "10",
         ],
-        log_path=log,
-    ).start()
+    )
     yield srv
     srv.stop_and_check()
 
@@ -168,11 +166,7 @@ def test_trace_settings_over_http(traced_server):
     ],
 )
 def test_bad_trace_settings_are_refused_and_change_nothing(traced_server, change, needle):
-    before = helpers.http_get(traced_server, "/v2/trace/setting").json()
-    resp = helpers.http_post(traced_server, "/v2/trace/setting", json=change)
-    helpers.assert_http_error(resp, 400, contains=[needle])
-    assert helpers.http_get(traced_server, "/v2/trace/setting").json() == before
-    helpers.assert_simple_works(traced_server)
+    helpers.assert_setting_refused(traced_server, "/v2/trace/setting", change, needle)
 
 
 def test_trace_settings_over_grpc(traced_server):
