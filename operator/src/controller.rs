@@ -112,7 +112,7 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
 
     // 3 and 4. Build and apply.
     let desired = builders::desired(model, &ctx.config);
-    let deployment = apply::apply_all(&ctx.client, &namespace, desired, &ctx.config.field_manager, &name).await?;
+    let deployment = apply::apply_all(&ctx.client, &namespace, model, desired, &ctx.config.field_manager).await?;
 
     // 5. Observe.
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);

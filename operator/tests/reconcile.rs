@@ -70,6 +70,7 @@ fn status_body(code: u16, reason: &str, message: &str) -> Value {
 }
 
 const MODEL_PATH: &str = "/apis/serving.nereid.dev/v1alpha1/namespaces/ml/inferencemodels/resnet";
+const POLICY_PATH: &str = "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/resnet";
 
 impl ApiServer {
     async fn next(&mut self, what: &str) -> (Request<Body>, SendResponse<Response<Body>>) {
@@ -103,10 +104,18 @@ impl ApiServer {
         body
     }
 
-    /// Expects the four owned objects, in order, then the removal of a
+    /// Expects the four owned objects, in order, then the look for a
     /// NetworkPolicy the spec does not ask for (answered: there is none); the
     /// Deployment is answered with `deployment`.
     async fn expect_objects(&mut self, deployment: &Deployment) -> [Value; 4] {
+        let objects = self.expect_applies(deployment).await;
+        self.expect_policy_lookup(None).await;
+        objects
+    }
+
+    /// Expects the four owned objects, in order; the Deployment is answered
+    /// with `deployment`.
+    async fn expect_applies(&mut self, deployment: &Deployment) -> [Value; 4] {
         let config_map = self
             .expect_apply("/api/v1/namespaces/ml/configmaps/resnet-config", Value::clone)
             .await;
@@ -123,22 +132,27 @@ impl ApiServer {
                 Value::clone,
             )
             .await;
-        let (request, send) = self.next("the NetworkPolicy removal").await;
-        assert_eq!(request.method(), Method::DELETE);
-        assert_eq!(
-            request.uri().path(),
-            "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/resnet"
-        );
-        respond(
-            send,
-            StatusCode::NOT_FOUND,
-            &status_body(
-                404,
-                "NotFound",
-                "networkpolicies.networking.k8s.io \"resnet\" not found",
-            ),
-        );
         [config_map, sent_deployment, service, pdb]
+    }
+
+    /// Expects the metadata read of the NetworkPolicy named like the model,
+    /// answered with `found` (the object's metadata) or 404.
+    async fn expect_policy_lookup(&mut self, found: Option<Value>) {
+        let (request, send) = self.next("the look for a NetworkPolicy to remove").await;
+        assert_eq!(request.method(), Method::GET);
+        assert_eq!(request.uri().path(), POLICY_PATH);
+        match found {
+            Some(metadata) => respond(send, StatusCode::OK, &metadata),
+            None => respond(
+                send,
+                StatusCode::NOT_FOUND,
+                &status_body(
+                    404,
+                    "NotFound",
+                    "networkpolicies.networking.k8s.io \"resnet\" not found",
+                ),
+            ),
+        }
     }
 
     async fn expect_list_pods(&mut self, pods: &[Pod]) {
@@ -283,6 +297,50 @@ async fn create_applies_every_object_then_writes_the_status() {
         metrics.contains("nereid_operator_reconcile_total{kind=\"InferenceModel\"} 1"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn only_a_network_policy_the_model_owns_is_removed() {
+    for (owner, removed) in [
+        ("someone-elses-uid", false),
+        ("11111111-2222-3333-4444-555555555555", true),
+    ] {
+        let m = model();
+        let mut applied = deployment(&m, 0, 0, 0);
+        applied.status = None;
+        let (result, _) = run(m, move |mut api| async move {
+            api.expect_applies(&applied).await;
+            api.expect_policy_lookup(Some(json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {
+                    "name": "resnet", "namespace": "ml", "uid": "policy-uid",
+                    "ownerReferences": [{
+                        "apiVersion": "serving.nereid.dev/v1alpha1", "kind": "InferenceModel",
+                        "name": "resnet", "uid": owner, "controller": true,
+                    }],
+                },
+            })))
+            .await;
+            if removed {
+                let (request, send) = api.next("the NetworkPolicy removal").await;
+                assert_eq!(request.method(), Method::DELETE);
+                assert_eq!(request.uri().path(), POLICY_PATH);
+                let body = ApiServer::body(request).await;
+                assert_eq!(body["preconditions"]["uid"], "policy-uid", "{body}");
+                respond(
+                    send,
+                    StatusCode::OK,
+                    &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+                );
+            }
+            api.expect_list_pods(&[]).await;
+            api.expect_status().await;
+            api.expect_events(4).await;
+            api
+        })
+        .await;
+        result.unwrap();
+    }
 }
 
 #[tokio::test]

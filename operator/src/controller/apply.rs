@@ -12,7 +12,7 @@ use std::fmt::Debug;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use nereid_crds::{InferenceModel, InferenceModelStatus};
 use serde::Serialize;
@@ -21,16 +21,17 @@ use serde::de::DeserializeOwned;
 use crate::builders::Desired;
 use crate::error::Error;
 
-/// Applies every desired object, the ConfigMap first (the pods mount it),
-/// and returns the Deployment as the API server now has it (with its status).
-/// A NetworkPolicy the spec no longer asks for is deleted: unlike the other
-/// objects it is optional, so the garbage collector cannot be left to it.
+/// Applies every desired object of `model`, the ConfigMap first (the pods
+/// mount it), and returns the Deployment as the API server now has it (with
+/// its status). A NetworkPolicy the spec no longer asks for is removed: unlike
+/// the other objects it is optional, so the garbage collector cannot be left
+/// to it.
 pub async fn apply_all(
     client: &Client,
     namespace: &str,
+    model: &InferenceModel,
     desired: Desired,
     field_manager: &str,
-    name: &str,
 ) -> Result<Deployment, Error> {
     apply(client, namespace, &desired.config_map, field_manager).await?;
     let deployment = apply(client, namespace, &desired.deployment, field_manager).await?;
@@ -40,16 +41,41 @@ pub async fn apply_all(
         Some(policy) => {
             apply(client, namespace, policy, field_manager).await?;
         }
-        None => {
-            let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
-            match policies.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        None => remove_network_policy(client, namespace, model).await?,
     }
     Ok(deployment)
+}
+
+/// Deletes the model's NetworkPolicy if there is one and the model owns it:
+/// a policy of the same name that someone else made is not ours to remove.
+/// The UID precondition keeps a policy replaced in between safe too.
+async fn remove_network_policy(client: &Client, namespace: &str, model: &InferenceModel) -> Result<(), Error> {
+    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
+    let Some(found) = policies.get_metadata_opt(&model.name_any()).await? else {
+        return Ok(());
+    };
+    let owned = found
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| Some(&owner.uid) == model.metadata.uid.as_ref() && owner.controller == Some(true));
+    if !owned {
+        return Ok(());
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: found.metadata.uid,
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match policies.delete(&model.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        // Gone, or replaced by another object, since it was read.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Server-side applies one namespaced object.
