@@ -32,7 +32,7 @@ use crate::in_flight::{InFlight, InFlightLayer};
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
-use crate::request::TRACE_HEADERS;
+use crate::request;
 use crate::restricted_api::RestrictedApis;
 use crate::server::InferenceServer;
 use crate::transport::Acceptor;
@@ -81,7 +81,8 @@ pub async fn serve(
     // would hold small responses back by up to 40 ms.)
     let incoming = acceptor
         .into_stream()
-        .filter(|connection| futures::future::ready(connection.as_ref().is_ok_and(|c| c.http2)));
+        .filter(|connection| futures::future::ready(connection.http2))
+        .map(Ok::<_, std::io::Error>);
     tonic::transport::Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(options.keepalive_time))
@@ -348,10 +349,7 @@ impl GrpcInferenceService for InferenceService {
 
 /// The client's W3C trace context from the call's metadata.
 fn trace_parent(metadata: &tonic::metadata::MetadataMap) -> Vec<(String, String)> {
-    TRACE_HEADERS
-        .iter()
-        .filter_map(|name| Some((name.to_string(), metadata.get(*name)?.to_str().ok()?.to_string())))
-        .collect()
+    request::trace_parent(|name| metadata.get(name)?.to_str().ok())
 }
 
 /// `grpc.health.v1`: SERVING while the server is ready, for any service name.

@@ -70,12 +70,15 @@ pub(crate) type HandlerResult = Result<Response, HttpError>;
 pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc<InFlight>) -> Router {
     let state = AppState { server, options };
     // Each API group is its own router, so the restricted-API check (Triton's
-    // `--http-restricted-api`) is applied by group in exactly one place.
-    let group = |group: ApiGroup, routes: Router<AppState>| {
-        routes.route_layer(middleware::from_fn_with_state(
-            (Arc::clone(&state.options.restricted), group),
+    // `--http-restricted-api`) is applied by group in exactly one place, and
+    // only to the groups that are restricted: the others pay nothing for it.
+    let restricted = Arc::clone(&state.options.restricted);
+    let group = |group: ApiGroup, routes: Router<AppState>| match restricted.restriction(group) {
+        Some(_) => routes.route_layer(middleware::from_fn_with_state(
+            (Arc::clone(&restricted), group),
             restrict,
-        ))
+        )),
+        None => routes,
     };
     Router::new()
         .merge(group(

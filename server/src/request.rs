@@ -35,6 +35,15 @@ pub struct InferRequest {
 /// The W3C trace context headers a front end passes on.
 pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
+/// The client's W3C trace context, from whatever carries it (HTTP headers,
+/// gRPC metadata): `get` looks a header up by name.
+pub fn trace_parent<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Vec<(String, String)> {
+    TRACE_HEADERS
+        .iter()
+        .filter_map(|name| Some((name.to_string(), get(name)?.to_string())))
+        .collect()
+}
+
 /// An output the client asked for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestedOutput {

@@ -54,8 +54,7 @@ pub async fn serve(
     loop {
         let connection = tokio::select! {
             next = connections.next() => match next {
-                Some(Ok(connection)) => connection,
-                Some(Err(_)) => continue,
+                Some(connection) => connection,
                 None => break,
             },
             () = &mut shutdown => break,

@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_util::either::Either;
 
 use super::preface::{Prefixed, read_until_decided};
 use super::tls::ReloadingTls;
@@ -28,11 +29,7 @@ pub struct ConnectionLimits {
 }
 
 /// A plain or TLS byte stream.
-#[derive(Debug)]
-enum Transport {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
+type Transport = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// One accepted connection, ready for a protocol: its first bytes read (and
 /// replayed), its place under the connection cap held until it is dropped.
@@ -75,13 +72,13 @@ impl Acceptor {
     /// Connections in the order their handshakes finish. Each handshake
     /// runs on its own task, so a slow client never holds up the others.
     /// The stream ends when the listener fails for good.
-    pub fn into_stream(self) -> impl Stream<Item = io::Result<Connection>> + Send + 'static {
-        let (tx, rx) = mpsc::channel::<io::Result<Connection>>(64);
+    pub fn into_stream(self) -> impl Stream<Item = Connection> + Send + 'static {
+        let (tx, rx) = mpsc::channel::<Connection>(64);
         tokio::spawn(self.run(tx));
         tokio_stream::wrappers::ReceiverStream::new(rx)
     }
 
-    async fn run(self, ready: mpsc::Sender<io::Result<Connection>>) {
+    async fn run(self, ready: mpsc::Sender<Connection>) {
         loop {
             let (tcp, remote) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -108,7 +105,7 @@ impl Acceptor {
             tokio::spawn(async move {
                 match tokio::time::timeout(limits.handshake_timeout, handshake(tcp, tls, permit)).await {
                     Ok(Ok(Some(connection))) => {
-                        let _ = ready.send(Ok(connection)).await;
+                        let _ = ready.send(connection).await;
                     }
                     Ok(Ok(None)) => {}
                     Ok(Err(e)) => tracing::debug!(%remote, error = %e, "handshake failed"),
@@ -136,11 +133,11 @@ async fn handshake(
     let remote = tcp.peer_addr().ok();
     let local = tcp.local_addr().ok();
     let (mut stream, alpn_h2) = match tls {
-        None => (Transport::Plain(tcp), None),
+        None => (Either::Left(tcp), None),
         Some(tls) => {
             let tls = TlsAcceptor::from(tls.config()).accept(tcp).await?;
             let alpn = tls.get_ref().1.alpn_protocol().map(|p| p == b"h2");
-            (Transport::Tls(Box::new(tls)), alpn)
+            (Either::Right(Box::new(tls)), alpn)
         }
     };
     let (prefix, http2) = match alpn_h2 {
@@ -162,56 +159,6 @@ async fn handshake(
         local,
         _permit: permit,
     }))
-}
-
-impl AsyncRead for Transport {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Transport::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Transport {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Transport::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Transport::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Transport::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Transport::Plain(s) => s.is_write_vectored(),
-            Transport::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Transport::Plain(s) => Pin::new(s).poll_flush(cx),
-            Transport::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Transport::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Transport::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
 }
 
 impl AsyncRead for Connection {

@@ -39,10 +39,6 @@ impl<IO> Prefixed<IO> {
     pub fn new(prefix: Bytes, inner: IO) -> Self {
         Prefixed { prefix, inner }
     }
-
-    pub fn get_ref(&self) -> &IO {
-        &self.inner
-    }
 }
 
 impl<IO: AsyncRead + Unpin> AsyncRead for Prefixed<IO> {
