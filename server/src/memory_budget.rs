@@ -34,15 +34,6 @@ impl MemoryBudget {
         })
     }
 
-    /// A budget that never refuses (tests, in-process callers).
-    pub fn unlimited() -> Arc<Self> {
-        Self::new(0)
-    }
-
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
     /// Bytes reserved right now.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
@@ -70,6 +61,10 @@ impl MemoryBudget {
                 Err(actual) => used = actual,
             }
         }
+    }
+
+    fn take_anyway(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Ordering::AcqRel);
     }
 
     fn give_back(&self, bytes: usize) {
@@ -122,17 +117,14 @@ impl Reservation {
         Ok(())
     }
 
-    /// Moves everything `other` holds into this reservation.
-    pub fn absorb(&mut self, mut other: Reservation) {
-        match (&self.budget, &other.budget) {
-            (_, None) => {}
-            (None, Some(_)) => std::mem::swap(self, &mut other),
-            (Some(mine), Some(theirs)) if Arc::ptr_eq(mine, theirs) => {
-                self.bytes += std::mem::take(&mut other.bytes);
-            }
-            // A server has one budget; a reservation from another one is
-            // simply released when `other` drops here.
-            (Some(_), Some(_)) => {}
+    /// Counts `bytes` more without ever refusing: for memory that exists
+    /// already (an answer computed and encoded), where refusing would only
+    /// waste the work. It still makes the budget refuse new requests while
+    /// it is held.
+    pub fn charge(&mut self, bytes: usize) {
+        if let Some(budget) = &self.budget {
+            budget.take_anyway(bytes);
+            self.bytes += bytes;
         }
     }
 
@@ -182,26 +174,23 @@ mod tests {
     }
 
     #[test]
-    fn absorb_and_take_move_bytes_without_releasing_them() {
+    fn take_moves_bytes_and_a_charge_is_never_refused() {
         let budget = MemoryBudget::new(100);
         let mut a = budget.reservation();
-        a.grow(10).unwrap();
-        let mut b = budget.reservation();
-        b.grow(20).unwrap();
-        a.absorb(b);
-        assert_eq!((a.bytes(), budget.used()), (30, 30));
+        a.grow(30).unwrap();
         let taken = a.take();
         assert_eq!((a.bytes(), taken.bytes(), budget.used()), (0, 30, 30));
         drop(taken);
         assert_eq!(budget.used(), 0);
 
-        let mut unbudgeted = Reservation::default();
-        unbudgeted.grow(usize::MAX).unwrap();
-        let mut c = budget.reservation();
-        c.grow(5).unwrap();
-        unbudgeted.absorb(c);
-        assert_eq!(unbudgeted.bytes(), 5);
-        drop(unbudgeted);
+        let mut answer = budget.reservation();
+        answer.charge(150);
+        assert_eq!(budget.used(), 150, "held memory is counted even past the limit");
+        assert!(
+            budget.reservation().grow(1).is_err(),
+            "and new requests are refused meanwhile"
+        );
+        drop(answer);
         assert_eq!(budget.used(), 0);
     }
 
@@ -210,6 +199,6 @@ mod tests {
         let budget = MemoryBudget::new(0);
         let mut r = budget.reservation();
         r.grow(usize::MAX / 2).unwrap();
-        assert_eq!(budget.limit(), usize::MAX);
+        r.grow(usize::MAX / 4).unwrap();
     }
 }

@@ -49,8 +49,13 @@ impl Model {
         for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
             let what = format!("label file of output '{}'", output.name);
             let path = file_names::resolve(model_dir, model_dir, &output.label_filename, &what)?;
-            let text = std::fs::read_to_string(&path)
-                .map_err(|_| Error::invalid(format!("{what} '{}' is not valid UTF-8 text", output.label_filename)))?;
+            // The path is inside the model folder: its error may be told.
+            let text = std::fs::read_to_string(&path).map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => {
+                    Error::invalid(format!("{what} '{}' is not valid UTF-8 text", output.label_filename))
+                }
+                _ => Error::invalid(format!("{what} '{}' could not be read: {e}", output.label_filename)),
+            })?;
             labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
         }
         let placements = placements(&config)?;
@@ -137,9 +142,10 @@ impl Model {
     async fn run(&self, mut request: InferRequest) -> Result<InferResponse> {
         let id = std::mem::take(&mut request.id);
         let parameters = std::mem::take(&mut request.parameters);
-        // Held by this future: if the caller goes away, it is given back
-        // together with the inputs the scheduler drops.
-        let reservation = std::mem::take(&mut request.reservation);
+        // Held by this future while the inputs live: if the caller goes away
+        // it is given back together with the inputs the scheduler drops, and
+        // it goes when the answer is built (the front end counts the answer).
+        let _reservation = std::mem::take(&mut request.reservation);
         let trace = request.trace.take();
         let normalized = normalize::normalize(&self.config, &self.name, &id, request)?;
         let produced = self
@@ -175,7 +181,6 @@ impl Model {
             id,
             outputs,
             parameters: Default::default(),
-            reservation,
         })
     }
 

@@ -1,6 +1,5 @@
 //! The protocol-free inference response the core returns.
 
-use crate::memory_budget::Reservation;
 use crate::parameter::Parameters;
 use crate::tensor::Tensor;
 
@@ -12,8 +11,4 @@ pub struct InferResponse {
     /// In the order the client asked for them (model order when it asked for all).
     pub outputs: Vec<Tensor>,
     pub parameters: Parameters,
-    /// The request's memory reservation, handed on so that the front end
-    /// can hold it (and grow it by the encoded response) until the answer
-    /// has been sent.
-    pub reservation: Reservation,
 }

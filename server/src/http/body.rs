@@ -29,26 +29,50 @@ pub struct BodyLimits {
     pub timeout: Duration,
 }
 
+/// A body as it arrived: its bytes, and how they are compressed.
+pub struct Received {
+    pub bytes: Bytes,
+    pub encoding: Option<compression::Encoding>,
+}
+
+impl Received {
+    /// The body inflated (within `max_size`, the inflated bytes added to
+    /// `reservation`), or as it is when it was not compressed. CPU-heavy for
+    /// a large compressed body: callers run it where decoding runs.
+    pub fn inflate(self, max_size: usize, reservation: &mut Reservation) -> Result<Bytes> {
+        match self.encoding {
+            Some(encoding) => compression::decompress(encoding, &self.bytes, max_size, reservation),
+            None => Ok(self.bytes),
+        }
+    }
+}
+
 /// Reads the whole body, inflating it if it was compressed. The bytes held
 /// are added to `reservation`.
 pub async fn read(body: Body, headers: &HeaderMap, limits: BodyLimits, reservation: &mut Reservation) -> Result<Bytes> {
+    receive(body, headers, limits, reservation)
+        .await?
+        .inflate(limits.max_size, reservation)
+}
+
+/// Reads the whole body as it was sent; the bytes held are added to `reservation`.
+pub async fn receive(
+    body: Body,
+    headers: &HeaderMap,
+    limits: BodyLimits,
+    reservation: &mut Reservation,
+) -> Result<Received> {
     let encoding = compression::content_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))?;
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let raw = match tokio::time::timeout(limits.timeout, collect(body, announced, limits.max_size, reservation)).await {
-        Ok(read) => read?,
-        Err(_) => {
-            return Err(Error::invalid(format!(
-                "the request body did not arrive within {} s (--http-body-timeout-secs)",
-                limits.timeout.as_secs()
-            )));
-        }
-    };
-    match encoding {
-        Some(encoding) => compression::decompress(encoding, &raw, limits.max_size, reservation),
-        None => Ok(raw),
+    match tokio::time::timeout(limits.timeout, collect(body, announced, limits.max_size, reservation)).await {
+        Ok(read) => Ok(Received { bytes: read?, encoding }),
+        Err(_) => Err(Error::invalid(format!(
+            "the request body did not arrive within {} s (--http-body-timeout-secs)",
+            limits.timeout.as_secs()
+        ))),
     }
 }
 

@@ -1,6 +1,6 @@
-//! The infer endpoint: body in under the limits, decode (off the I/O
-//! threads when large), infer, encode, and the answer held in the memory
-//! budget until it has been sent.
+//! The infer endpoint: body in under the limits, inflate and decode (off
+//! the I/O threads when that is costly), infer, encode and compress (the
+//! same), and the answer counted in the memory budget until it has been sent.
 
 use std::collections::HashMap;
 
@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue, header};
 use super::{AppState, HandlerResult, body, compression, infer_codec, model_path};
 use crate::error::Error;
 use crate::memory_budget::Reservation;
-use crate::request::TRACE_HEADERS;
+use crate::request;
 use crate::server::parse_version;
 
 /// Bodies at least this large are decoded (and responses at least this
@@ -32,56 +32,62 @@ pub(super) async fn infer(
     // As in Triton, an unknown model is reported before the body is read.
     s.server.model(model, version_text)?;
     let mut reservation = s.options.budget.reservation();
-    let body = body::read(body, &headers, s.options.body, &mut reservation).await?;
-    let header_length = header_length(&headers, body.len())?;
-    let large = body.len() >= OFFLOAD_BYTES;
+    let received = body::receive(body, &headers, s.options.body, &mut reservation).await?;
+    let announced_header = headers.get(infer_codec::HEADER_LENGTH).cloned();
+    // What decoding costs: inflating, or parsing the JSON (the whole body;
+    // with binary tensors only a header, and the tensors are not copied).
+    let json_length = announced_header
+        .as_ref()
+        .and_then(|v| v.to_str().ok()?.trim().parse::<usize>().ok())
+        .unwrap_or(received.bytes.len());
+    let large = received.encoding.is_some() || json_length >= OFFLOAD_BYTES;
     let model_name = model.to_string();
-    let decode = move || infer_codec::decode(&model_name, version, body, header_length, reservation);
+    let max_size = s.options.body.max_size;
+    let decode = move || {
+        let body = received.inflate(max_size, &mut reservation)?;
+        let header_length = header_length(announced_header.as_ref(), body.len())?;
+        infer_codec::decode(&model_name, version, body, header_length, reservation)
+    };
     let decoded = if large { offload(decode).await? } else { decode()? };
     let binary_outputs = decoded.binary_outputs;
     let mut request = decoded.request;
-    request.trace_parent = trace_parent(&headers);
-    let mut response = s.server.infer(request).await?;
-    let mut reservation = std::mem::take(&mut response.reservation);
+    request.trace_parent = request::trace_parent(|name| headers.get(name)?.to_str().ok());
+    let response = s.server.infer(request).await?;
     let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
-    let encode = move || infer_codec::encode(&response, &binary_outputs);
-    let encoded = if output_bytes >= OFFLOAD_BYTES {
+    let compress = compression::accepted(headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
+    let encode = move || {
+        let encoded = infer_codec::encode(&response, &binary_outputs);
+        match compress {
+            Some(encoding) => {
+                let packed = compression::compress(encoding, &encoded.body);
+                (encoded.header_length, packed.len(), packed)
+            }
+            None => (encoded.header_length, encoded.allocated, encoded.body),
+        }
+    };
+    let (binary_header, allocated, body) = if output_bytes >= OFFLOAD_BYTES {
         offload(move || Ok(encode())).await?
     } else {
         encode()
     };
 
     let mut reply = HeaderMap::new();
-    let content_type = if encoded.header_length.is_some() {
-        "application/octet-stream"
-    } else {
-        "application/json"
+    let content_type = match binary_header {
+        Some(_) => "application/octet-stream",
+        None => "application/json",
     };
     reply.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Some(n) = encoded.header_length {
+    if let Some(n) = binary_header {
         reply.insert(infer_codec::HEADER_LENGTH, HeaderValue::from(n));
     }
-    let accept = headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
-    let (body, allocated) = match compression::accepted(accept) {
-        Some(encoding) => {
-            reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
-            let packed = compression::compress(encoding, &encoded.body);
-            let allocated = packed.len();
-            (packed, allocated)
-        }
-        None => (encoded.body, encoded.allocated),
-    };
-    // The answer is held until it is sent: it counts like the request did.
-    reservation.grow(allocated).map_err(Error::from)?;
-    Ok((reply, Body::new(ReservedBody::new(body, reservation))).into_response())
-}
-
-/// The client's W3C trace context headers, if it sent them.
-fn trace_parent(headers: &HeaderMap) -> Vec<(String, String)> {
-    TRACE_HEADERS
-        .iter()
-        .filter_map(|name| Some((name.to_string(), headers.get(*name)?.to_str().ok()?.to_string())))
-        .collect()
+    if let Some(encoding) = compress {
+        reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
+    }
+    // The answer is counted in the budget until it has been sent; it exists
+    // already, so it is counted, never refused.
+    let mut held = s.options.budget.reservation();
+    held.charge(allocated);
+    Ok((reply, Body::new(ReservedBody::new(body, held))).into_response())
 }
 
 /// Runs CPU-heavy codec work on the blocking pool.
@@ -91,7 +97,7 @@ async fn offload<T: Send + 'static>(work: impl FnOnce() -> Result<T, Error> + Se
         .unwrap_or_else(|e| Err(Error::internal(format!("decoding failed: {e}"))))
 }
 
-/// A response body that keeps its request's memory reservation until sent.
+/// A response body that keeps its bytes counted in the memory budget until sent.
 struct ReservedBody {
     data: Option<Bytes>,
     _reservation: Reservation,
@@ -127,8 +133,8 @@ impl http_body::Body for ReservedBody {
 }
 
 /// Parses `Inference-Header-Content-Length` against the body length.
-fn header_length(headers: &HeaderMap, body_len: usize) -> Result<Option<usize>, Error> {
-    let Some(value) = headers.get(infer_codec::HEADER_LENGTH) else {
+fn header_length(value: Option<&HeaderValue>, body_len: usize) -> Result<Option<usize>, Error> {
+    let Some(value) = value else {
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("").trim();

@@ -349,7 +349,6 @@ mod tests {
                 Tensor::new("B", DataType::Int32, vec![1], Bytes::from_static(&[6, 0, 0, 0])),
             ],
             parameters: Default::default(),
-            reservation: Default::default(),
         };
         let mut binary = BinaryOutputs::default();
         binary.listed.insert("A".into(), true);
