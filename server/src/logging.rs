@@ -78,7 +78,8 @@ pub struct LogControl {
     error: AtomicBool,
     verbose_level: AtomicU32,
     json: AtomicBool,
-    /// Serialises updates, so a reader never sees half of one.
+    /// Serialises updates (a reader never sees half of one, and two never
+    /// interleave).
     updates: parking_lot::Mutex<()>,
 }
 
@@ -96,6 +97,11 @@ impl LogControl {
 
     pub fn settings(&self) -> LogSettings {
         let _guard = self.updates.lock();
+        self.current()
+    }
+
+    /// The settings as stored; the caller holds `updates`.
+    fn current(&self) -> LogSettings {
         LogSettings {
             info: self.info.load(Ordering::Relaxed),
             warning: self.warning.load(Ordering::Relaxed),
@@ -110,9 +116,11 @@ impl LogControl {
     }
 
     /// Applies changes by Triton's keys. Every change is checked first: one
-    /// bad key or value changes nothing and names itself in the error.
+    /// bad key or value changes nothing and names itself in the error. The
+    /// whole update holds `updates`, so two at once cannot undo each other.
     pub fn update(&self, changes: &[(String, Parameter)]) -> Result<LogSettings> {
-        let mut next = self.settings();
+        let guard = self.updates.lock();
+        let mut next = self.current();
         for (key, value) in changes {
             let flag = || {
                 value
@@ -152,13 +160,12 @@ impl LogControl {
                 _ => return Err(Error::invalid(format!("unknown log setting '{key}'"))),
             }
         }
-        let _guard = self.updates.lock();
         self.info.store(next.info, Ordering::Relaxed);
         self.warning.store(next.warning, Ordering::Relaxed);
         self.error.store(next.error, Ordering::Relaxed);
         self.verbose_level.store(next.verbose_level, Ordering::Relaxed);
         self.json.store(next.format == LogFormat::Json, Ordering::Relaxed);
-        drop(_guard);
+        drop(guard);
         // Callsites cache whether they are enabled; make them ask again.
         tracing::callsite::rebuild_interest_cache();
         Ok(next)

@@ -70,9 +70,6 @@ pub struct TraceSettings {
     models: HashMap<String, Overrides>,
     /// Requests seen since the last sampled one, per model.
     seen: HashMap<String, u64>,
-    /// Traces left per model when the model has its own count; the global
-    /// count lives in `global.count`.
-    counts: HashMap<String, i64>,
 }
 
 impl TraceSettings {
@@ -89,7 +86,7 @@ impl TraceSettings {
         Effective {
             level: o.level.unwrap_or(self.global.level),
             rate: o.rate.unwrap_or(self.global.rate),
-            count: self.counts.get(model).copied().or(o.count).unwrap_or(self.global.count),
+            count: o.count.unwrap_or(self.global.count),
             log_frequency: o.log_frequency.unwrap_or(self.global.log_frequency),
         }
     }
@@ -153,11 +150,6 @@ impl TraceSettings {
         }
         match model {
             Some(m) => {
-                if let Some(count) = next.count {
-                    self.counts.insert(m.to_string(), count);
-                } else {
-                    self.counts.remove(m);
-                }
                 self.models.insert(m.to_string(), next);
             }
             None => {
@@ -172,21 +164,34 @@ impl TraceSettings {
         Ok(self.effective(model))
     }
 
+    /// Whether any request could be traced: some level is not OFF.
+    pub fn any_on(&self) -> bool {
+        self.global.level != TraceLevel::Off
+            || self
+                .models
+                .values()
+                .any(|o| o.level.is_some_and(|l| l != TraceLevel::Off))
+    }
+
     /// Whether this request of `model` is traced: on, one in `rate`, and
-    /// while traces are left (each sampled one uses one).
+    /// while traces are left (each sampled one uses one: the model's own
+    /// count when it has one, else the global count).
     pub fn sample(&mut self, model: &str) -> bool {
         let e = self.effective(Some(model));
         if e.level == TraceLevel::Off || e.count == 0 {
             return false;
         }
-        let seen = self.seen.entry(model.to_string()).or_insert(0);
+        let seen = match self.seen.get_mut(model) {
+            Some(seen) => seen,
+            None => self.seen.entry(model.to_string()).or_insert(0),
+        };
         *seen += 1;
         if *seen < u64::from(e.rate) {
             return false;
         }
         *seen = 0;
         if e.count > 0 {
-            match self.counts.get_mut(model) {
+            match self.models.get_mut(model).and_then(|o| o.count.as_mut()) {
                 Some(count) => *count -= 1,
                 None => self.global.count -= 1,
             }
