@@ -8,6 +8,7 @@
 mod cli;
 
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,7 +146,20 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
     let protection = Protection::from_args(&args)?;
     let trace_config = TraceConfig::parse(&args.trace_config).map_err(anyhow::Error::msg)?;
     let traces = Traces::start(&trace_config).map_err(anyhow::Error::msg)?;
-    let server = build_server(&args, &metrics, log, traces)?;
+    // Object storage is fetched into a cache folder; the default one is
+    // made only when needed and removed when the server stops.
+    let default_cache = match &args.model_cache_dir {
+        None if args.model_repositories.iter().any(|l| Root::is_remote(l)) => {
+            Some(cache_dir::private_temp().context("failed to create the model cache folder")?)
+        }
+        _ => None,
+    };
+    let cache = match (&args.model_cache_dir, &default_cache) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(temporary)) => temporary.path().to_path_buf(),
+        (None, None) => PathBuf::new(),
+    };
+    let server = build_server(&args, &cache, &metrics, log, traces)?;
     let listeners = Listeners::bind(&args).await?;
 
     // Models load before the ports are announced, so that "Started" means
@@ -192,19 +206,16 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
 /// The repositories, the model manager and the transport-free server.
 fn build_server(
     args: &Args,
+    cache: &Path,
     metrics: &Arc<Metrics>,
     log: Arc<LogControl>,
     traces: Arc<Traces>,
 ) -> Result<Arc<InferenceServer>> {
-    let cache = match &args.model_cache_dir {
-        Some(dir) => dir.clone(),
-        None => cache_dir::private_temp().context("failed to create the model cache folder")?,
-    };
     let roots = args
         .model_repositories
         .iter()
         .enumerate()
-        .map(|(index, location)| Root::parse(location, &cache, index))
+        .map(|(index, location)| Root::parse(location, cache, index))
         .collect::<Result<Vec<_>, _>>()?;
     let manager = ModelRepositoryManager::new(
         Repository::new(roots),

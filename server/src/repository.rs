@@ -34,11 +34,16 @@ impl Root {
     /// A local path, or a URL (`s3://`, `gs://`, `as://`) whose models are
     /// fetched into `cache` (one folder per root).
     pub fn parse(location: &str, cache: &Path, index: usize) -> Result<Root> {
-        if location.contains("://") {
+        if Self::is_remote(location) {
             RemoteRoot::parse(location, cache.join(format!("repository-{index}"))).map(Root::Remote)
         } else {
             Ok(Root::Local(PathBuf::from(location)))
         }
+    }
+
+    /// Whether `location` names object storage (and so needs a cache).
+    pub fn is_remote(location: &str) -> bool {
+        location.contains("://")
     }
 
     fn describe(&self) -> String {

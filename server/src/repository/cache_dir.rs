@@ -1,39 +1,23 @@
-//! The default model cache: a new folder only this process can use.
+//! The default model cache: a new folder only this process can use, gone
+//! when the server stops.
 //!
 //! A predictable path under /tmp (say `nereid-model-cache-<pid>`) lets
 //! another local user create it first, or plant a symlink there, and so
 //! choose what the server loads as a model. The folder is therefore created
-//! fresh, with an unguessable name and mode 0700; creation fails rather than
-//! reuse anything that already exists.
+//! fresh, with an unguessable name and mode 0700 (tempfile refuses to reuse
+//! anything that exists), and removed with the copies in it at shutdown.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
 
-/// Creates `<tmp>/nereid-model-cache-<random>` with mode 0700.
-pub fn private_temp() -> io::Result<PathBuf> {
-    let base = std::env::temp_dir();
-    for _ in 0..16 {
-        let path = base.join(format!("nereid-model-cache-{:016x}", random()));
-        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-            Ok(()) => return Ok(path),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AlreadyExists,
-        "could not find a free name for the model cache folder",
-    ))
-}
+use tempfile::TempDir;
 
-/// 64 random bits: std's hasher keys come from the OS's random source.
-fn random() -> u64 {
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    hasher.finish()
+/// Creates `<tmp>/nereid-model-cache-<random>` with mode 0700; removed when dropped.
+pub fn private_temp() -> io::Result<TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .prefix("nereid-model-cache-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
 }
 
 #[cfg(test)]
@@ -42,13 +26,14 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn each_folder_is_new_and_private() {
+    fn each_folder_is_new_private_and_removed() {
         let a = private_temp().unwrap();
         let b = private_temp().unwrap();
-        assert_ne!(a, b);
-        let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+        assert_ne!(a.path(), b.path());
+        let mode = std::fs::metadata(a.path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700);
-        std::fs::remove_dir(a).unwrap();
-        std::fs::remove_dir(b).unwrap();
+        let path = a.path().to_path_buf();
+        drop(a);
+        assert!(!path.exists());
     }
 }

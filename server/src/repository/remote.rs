@@ -8,15 +8,19 @@
 //! held whole in memory. Credentials and endpoints come from the environment
 //! the usual way for each store (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`,
 //! `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_KEY`, ...), which is also
-//! how the Kubernetes operator passes a Secret. Only the variables of the
-//! URL's own store are read (`AWS_*` for s3://, `GOOGLE_*` for gs://,
-//! `AZURE_*` for Azure): a generic name in the environment (`ENDPOINT`,
-//! `TOKEN`) never changes how a store is reached.
+//! how the Kubernetes operator passes a Secret. Each store reads only its own
+//! variables, through object_store's `from_env` (`AWS_*` for s3://,
+//! `GOOGLE_*` and `SERVICE_ACCOUNT` for gs://, `AZURE_*` and the managed
+//! identity endpoint for Azure): a generic name in the environment
+//! (`ENDPOINT`, `TOKEN`) never changes how a store is reached.
 
 use std::path::{Path as LocalPath, PathBuf};
 use std::sync::Arc;
 
 use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use tokio::io::AsyncWriteExt;
@@ -36,29 +40,43 @@ impl RemoteRoot {
     /// Parses a repository URL; `cache` is this root's own local folder.
     pub fn parse(url: &str, cache: PathBuf) -> Result<Self> {
         let bad = |why: String| Error::invalid(format!("model repository '{url}': {why}"));
-        let (url_for_store, mut options): (String, Vec<(String, String)>) = match url.strip_prefix("as://") {
-            // Triton's Azure form names the account first.
+        // Triton's Azure form names the account first.
+        let (url_for_store, azure_account) = match url.strip_prefix("as://") {
             Some(rest) => {
                 let (account, path) = rest
                     .split_once('/')
                     .ok_or_else(|| bad("expected as://account/container/path".into()))?;
-                (
-                    format!("az://{path}"),
-                    vec![("azure_storage_account_name".into(), account.into())],
-                )
+                (format!("az://{path}"), Some(account))
             }
-            None => (url.to_string(), Vec::new()),
+            None => (url.to_string(), None),
         };
         let parsed = url::Url::parse(&url_for_store).map_err(|e| bad(e.to_string()))?;
-        let prefix = match parsed.scheme() {
-            "s3" => "aws_",
-            "gs" => "google_",
-            "az" => "azure_",
+        // Each store's own `from_env` reads only its variables; what the URL
+        // says is applied after them, so it wins.
+        let store: Arc<dyn ObjectStore> = match parsed.scheme() {
+            "s3" => Arc::new(
+                AmazonS3Builder::from_env()
+                    .with_url(url_for_store.as_str())
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+            "gs" => Arc::new(
+                GoogleCloudStorageBuilder::from_env()
+                    .with_url(url_for_store.as_str())
+                    .build()
+                    .map_err(|e| bad(e.to_string()))?,
+            ),
+            "az" => {
+                let mut builder = MicrosoftAzureBuilder::from_env().with_url(url_for_store.as_str());
+                if let Some(account) = azure_account {
+                    builder = builder.with_account(account);
+                }
+                Arc::new(builder.build().map_err(|e| bad(e.to_string()))?)
+            }
             _ => return Err(bad("supported schemes are s3://, gs:// and as:// (or az://)".into())),
         };
-        options.extend(store_options(prefix, std::env::vars()));
-        let (store, prefix) = object_store::parse_url_opts(&parsed, options).map_err(|e| bad(e.to_string()))?;
-        Ok(Self::with_store(url, Arc::from(store), prefix, cache))
+        let prefix = Path::from_url_path(parsed.path()).map_err(|e| bad(e.to_string()))?;
+        Ok(Self::with_store(url, store, prefix, cache))
     }
 
     /// A root over an existing store (tests use an in-memory one).
@@ -160,14 +178,6 @@ impl RemoteRoot {
     }
 }
 
-/// The environment variables one store reads, as object_store options
-/// (lower-case keys), for variables named `<prefix>...` only.
-fn store_options(prefix: &str, vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
-    vars.map(|(k, v)| (k.to_ascii_lowercase(), v))
-        .filter(|(k, _)| k.starts_with(prefix))
-        .collect()
-}
-
 async fn create_dir(path: &LocalPath) -> Result<()> {
     tokio::fs::create_dir_all(path)
         .await
@@ -212,25 +222,6 @@ mod tests {
         let err = root.fetch("missing").await.unwrap_err();
         assert!(err.message().contains("missing"), "{err}");
         std::fs::remove_dir_all(cache).unwrap();
-    }
-
-    #[test]
-    fn only_the_stores_own_variables_become_options() {
-        let vars = [
-            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
-            ("ENDPOINT", "http://evil"),
-            ("TOKEN", "t"),
-            ("GOOGLE_SERVICE_ACCOUNT", "/sa.json"),
-            ("PATH", "/bin"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string()));
-        let s3 = store_options("aws_", vars.clone().into_iter());
-        assert_eq!(
-            s3,
-            vec![("aws_endpoint_url".to_string(), "http://127.0.0.1:9000".to_string())]
-        );
-        let gs = store_options("google_", vars.into_iter());
-        assert_eq!(gs, vec![("google_service_account".to_string(), "/sa.json".to_string())]);
     }
 
     #[test]
