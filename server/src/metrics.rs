@@ -133,10 +133,12 @@ fn parse_buckets(value: &str) -> Result<Vec<f64>, String> {
         .map(|b| {
             b.trim()
                 .parse::<f64>()
-                .map_err(|_| format!("histogram_buckets: '{b}' is not a number"))
+                .ok()
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| format!("histogram_buckets: '{b}' is not a finite number"))
         })
         .collect::<Result<_, _>>()?;
-    if buckets.is_empty() || buckets.windows(2).any(|w| w[0] >= w[1]) {
+    if buckets.windows(2).any(|w| w[0] >= w[1]) {
         return Err("histogram_buckets must be increasing microsecond bounds".into());
     }
     Ok(buckets)
@@ -393,6 +395,8 @@ mod tests {
             "summary_latencies=yes",
             "summary_quantiles=2:0.1",
             "histogram_buckets=5,1",
+            "histogram_buckets=1,NaN",
+            "histogram_buckets=1,inf",
         ] {
             assert!(MetricsConfig::parse(&[bad.into()]).is_err(), "{bad}");
         }

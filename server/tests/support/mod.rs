@@ -13,8 +13,6 @@ pub struct TestServer {
     child: Child,
     pub http: String,
     pub grpc: String,
-    /// `http://host:port` of the metrics port.
-    pub metrics: String,
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -59,6 +57,8 @@ impl TestServer {
             .args(["--exit-timeout-secs", "10"])
             .args(extra)
             .env("ORT_DYLIB_PATH", onnxruntime_library())
+            // The log lines below are read: a developer's RUST_LOG must not hide them.
+            .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -73,7 +73,6 @@ impl TestServer {
                 for (marker, kind) in [
                     ("Started HTTPService at ", "http"),
                     ("Started GRPCInferenceService at ", "grpc"),
-                    ("Started Metrics Service at ", "metrics"),
                 ] {
                     if let Some(at) = line.find(marker) {
                         let addr = line[at + marker.len()..].trim().to_string();
@@ -83,12 +82,10 @@ impl TestServer {
                 sink.lock().unwrap().push(line);
             }
         });
-        let (mut http, mut grpc, mut metrics) = (None, None, None);
-        // The metrics port is announced before HTTP's, so HTTP's line comes last.
+        let (mut http, mut grpc) = (None, None);
         while http.is_none() || grpc.is_none() {
             match rx.recv_timeout(Duration::from_secs(60)) {
                 Ok((kind, addr)) if kind == "http" => http = Some(addr),
-                Ok((kind, addr)) if kind == "metrics" => metrics = Some(addr),
                 Ok((_, addr)) => grpc = Some(addr),
                 Err(_) => {
                     let _ = child.kill();
@@ -100,7 +97,6 @@ impl TestServer {
             child,
             http: format!("http://{}", http.unwrap()),
             grpc: format!("http://{}", grpc.unwrap()),
-            metrics: metrics.map(|m| format!("http://{m}")).unwrap_or_default(),
             log,
         }
     }
