@@ -21,13 +21,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// A container that ran this long starts its back-off afresh.
 const BACKOFF_RESET: Duration = Duration::from_secs(600);
 
+#[derive(Clone)]
 pub struct ContainerJob {
     pub worker: Arc<Worker>,
     pub index: usize,
     pub init: bool,
     pub spec: Container,
     pub plan: ContainerPlan,
-    pub restart_policy: String,
 }
 
 /// How a container's life ended.
@@ -44,19 +44,12 @@ pub enum Ending {
 impl ContainerJob {
     async fn set(&self, change: impl FnOnce(&mut status::ContainerView)) {
         let (init, index) = (self.init, self.index);
-        self.worker
-            .update(|v| {
-                change(if init {
-                    &mut v.init[index]
-                } else {
-                    &mut v.containers[index]
-                })
-            })
-            .await;
+        self.worker.update(|v| change(v.container_mut(init, index))).await;
     }
 
     fn restarts(&self, exit_code: i32) -> bool {
-        match self.restart_policy.as_str() {
+        let policy = self.worker.pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
+        match policy.unwrap_or("Always") {
             "Never" => false,
             "OnFailure" => exit_code != 0,
             // Init containers are never restarted after they succeed.
@@ -106,8 +99,7 @@ pub async fn run(job: ContainerJob) -> Ending {
 
         let kill = Arc::new(Notify::new());
         let stop = Arc::new(AtomicBool::new(false));
-        let probes =
-            (!job.init).then(|| tokio::spawn(probe_loop(clone_job(&job), Arc::clone(&kill), Arc::clone(&stop))));
+        let probes = (!job.init).then(|| tokio::spawn(probe_loop(job.clone(), Arc::clone(&kill), Arc::clone(&stop))));
         enum Why {
             Exited,
             Kill,
@@ -128,14 +120,22 @@ pub async fn run(job: ContainerJob) -> Ending {
             Why::Delete(deadline) => {
                 pre_stop(&job, deadline).await;
                 stop_process(&mut running, deadline).await;
-                let status = running.wait().await;
-                record_exit(&job, status.as_ref().ok(), started_at.clone()).await;
+                let (_, terminated) = exit(&job, &mut running, started_at).await;
+                job.set(|c| {
+                    c.state = terminated;
+                    c.ready = false;
+                })
+                .await;
                 return Ending::Deleted;
             }
         }
-        let status = running.wait().await;
-        let exit_code = record_exit(&job, status.as_ref().ok(), started_at.clone()).await;
+        let (exit_code, terminated) = exit(&job, &mut running, started_at).await;
         if !job.restarts(exit_code) {
+            job.set(|c| {
+                c.state = terminated;
+                c.ready = false;
+            })
+            .await;
             return if exit_code == 0 {
                 Ending::Completed
             } else {
@@ -151,10 +151,12 @@ pub async fn run(job: ContainerJob) -> Ending {
             backoff.as_secs(),
             job.spec.name
         );
+        // One write: the exit as the last state, waiting to restart.
         job.set(|c| {
-            c.last = Some(c.state.clone());
+            c.last = Some(terminated);
             c.state = State::waiting("CrashLoopBackOff", Some(message.clone()));
             c.restarts += 1;
+            c.ready = false;
         })
         .await;
         job.worker
@@ -172,28 +174,26 @@ pub async fn run(job: ContainerJob) -> Ending {
     }
 }
 
-/// The exit in the status: Terminated with the code, reason and message.
-async fn record_exit(
+/// The process's exit as a Terminated state (code, reason, the termination
+/// message of this run), once everything it started is gone too.
+async fn exit(
     job: &ContainerJob,
-    status: Option<&std::process::ExitStatus>,
+    running: &mut Running,
     started_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
-) -> i32 {
-    let exit_code = status.map_or(137, process::exit_code);
+) -> (i32, State) {
+    let status = running.wait().await;
+    let exit_code = status.as_ref().map_or(137, process::exit_code);
     let reason = if exit_code == 0 { "Completed" } else { "Error" };
     let fallback = job.spec.termination_message_policy.as_deref() == Some("FallbackToLogsOnError");
-    let message = process::termination_message(&job.plan, exit_code != 0, fallback).await;
-    job.set(|c| {
-        c.state = State::Terminated {
-            exit_code,
-            reason: reason.to_string(),
-            message,
-            started_at: Some(started_at),
-            finished_at: now(),
-        };
-        c.ready = false;
-    })
-    .await;
-    exit_code
+    let message = running.termination_message(&job.plan, exit_code != 0, fallback).await;
+    let terminated = State::Terminated {
+        exit_code,
+        reason: reason.to_string(),
+        message,
+        started_at: Some(started_at),
+        finished_at: now(),
+    };
+    (exit_code, terminated)
 }
 
 /// The pod's grace period (from its spec), from now.
@@ -236,7 +236,7 @@ async fn run_hook(job: &ContainerJob, hook: &LifecycleHandler) {
             timeout_seconds: Some(30),
             ..Probe::default()
         };
-        let ip = job.worker.view.lock().expect("the pod view is never poisoned").ip;
+        let ip = job.worker.addresses.pod;
         let ports = job.spec.ports.clone().unwrap_or_default();
         if let Err(e) = probe::run(&as_probe, ip, &ports, &job.plan, &job.worker.runner.http).await {
             job.worker
@@ -247,17 +247,6 @@ async fn run_hook(job: &ContainerJob, hook: &LifecycleHandler) {
                 )
                 .await;
         }
-    }
-}
-
-fn clone_job(job: &ContainerJob) -> ContainerJob {
-    ContainerJob {
-        worker: Arc::clone(&job.worker),
-        index: job.index,
-        init: job.init,
-        spec: job.spec.clone(),
-        plan: job.plan.clone(),
-        restart_policy: job.restart_policy.clone(),
     }
 }
 
@@ -277,7 +266,7 @@ async fn probe_loop(job: ContainerJob, kill: Arc<Notify>, stop: Arc<AtomicBool>)
         .await;
     }
     let liveness = job.spec.liveness_probe.clone().map(|p| {
-        let job = clone_job(&job);
+        let job = job.clone();
         let stop = Arc::clone(&stop);
         let kill = Arc::clone(&kill);
         async move {
@@ -287,7 +276,7 @@ async fn probe_loop(job: ContainerJob, kill: Arc<Notify>, stop: Arc<AtomicBool>)
         }
     });
     let readiness = job.spec.readiness_probe.clone().map(|p| {
-        let job = clone_job(&job);
+        let job = job.clone();
         let stop = Arc::clone(&stop);
         async move {
             watch_probe(&job, &p, "Readiness", &stop, Watch::Readiness).await;
@@ -343,7 +332,7 @@ async fn watch_probe(job: &ContainerJob, probe: &Probe, kind: &str, stop: &Atomi
         if stop.load(Ordering::Acquire) {
             return true;
         }
-        let ip = job.worker.view.lock().expect("the pod view is never poisoned").ip;
+        let ip = job.worker.addresses.pod;
         match probe::run(probe, ip, &ports, &job.plan, &job.worker.runner.http).await {
             Ok(()) => {
                 successes += 1;

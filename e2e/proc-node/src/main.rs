@@ -19,7 +19,7 @@
 //! volumes     emptyDir, configMap, secret and projected volumes as files
 //! process     one container's process: spawn, logs, signals, exit
 //! probe       httpGet, tcpSocket, grpc and exec probes
-//! grpc_probe  grpc.health.v1 over HTTP/2, as the kubelet's gRPC probe
+//! grpc_probe  grpc.health.v1 Check, as the kubelet's gRPC probe
 //! status      pod status as a kubelet writes it
 //! ```
 

@@ -21,6 +21,8 @@ use serde_json::json;
 pub const PROCESS_NODE_LABEL: &str = "nereid.dev/process-node";
 const LEASE_SECONDS: i32 = 40;
 const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// The Node status is reported every this many renewals (a minute).
+const STATUS_EVERY_BEATS: u32 = 6;
 
 /// A node to register, from `--nodes`.
 #[derive(Debug, Clone)]
@@ -143,10 +145,11 @@ fn ready_condition() -> NodeCondition {
     }
 }
 
-/// Renews the node's Lease and its Ready heartbeat, forever.
+/// Renews the node's Lease every 10 s and reports its status every minute, forever.
 pub async fn heartbeat(client: Client, name: String) {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes: Api<Node> = Api::all(client);
+    let mut beats: u32 = 1;
     loop {
         let lease = Lease {
             metadata: ObjectMeta {
@@ -164,13 +167,22 @@ pub async fn heartbeat(client: Client, name: String) {
         if let Err(e) = leases.patch(&name, &apply, &Patch::Apply(&lease)).await {
             tracing::warn!(node = %name, error = %e, "lease renewal failed");
         }
-        let heartbeat = json!({ "status": { "conditions": [ready_condition()] } });
-        if let Err(e) = nodes
-            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(heartbeat))
-            .await
-        {
-            tracing::warn!(node = %name, error = %e, "heartbeat failed");
+        // The Lease is the heartbeat; the status is re-reported now and then,
+        // its Ready condition merged by type so its transition time stays.
+        if beats.is_multiple_of(STATUS_EVERY_BEATS) {
+            let heartbeat = json!({ "status": { "conditions": [{
+                "type": "Ready",
+                "status": "True",
+                "lastHeartbeatTime": now(),
+            }] } });
+            if let Err(e) = nodes
+                .patch_status(&name, &PatchParams::default(), &Patch::Strategic(heartbeat))
+                .await
+            {
+                tracing::warn!(node = %name, error = %e, "status heartbeat failed");
+            }
         }
+        beats += 1;
         tokio::time::sleep(RENEW_EVERY).await;
     }
 }

@@ -43,6 +43,17 @@ pub struct ContainerPlan {
     pub cwd: PathBuf,
     pub log: PathBuf,
     pub termination_log: PathBuf,
+    /// Mount paths to their folders, longest first: for the exec probes'
+    /// and hooks' commands, rewritten like the container's own.
+    pub mounts: Vec<(String, PathBuf)>,
+}
+
+/// The pod's addresses, for its environment and the downward API (the pod
+/// object's own status is not written yet when its first containers start).
+#[derive(Debug, Clone, Copy)]
+pub struct Addresses {
+    pub pod: Ipv4Addr,
+    pub host: Ipv4Addr,
 }
 
 /// What every container of one pod shares.
@@ -50,7 +61,7 @@ pub struct PodContext<'a> {
     pub client: &'a Client,
     pub config: &'a RunnerConfig,
     pub pod: &'a Pod,
-    pub ip: Ipv4Addr,
+    pub addresses: Addresses,
     pub root: &'a Path,
     pub volumes: &'a BTreeMap<String, PathBuf>,
 }
@@ -139,6 +150,7 @@ pub async fn plan(ctx: &PodContext<'_>, container: &Container) -> Result<Contain
         cwd,
         log: own.join("log"),
         termination_log: own.join("termination-log"),
+        mounts,
     })
 }
 
@@ -170,7 +182,7 @@ fn base_env(ctx: &PodContext<'_>, mounts: &[(String, PathBuf)]) -> Vec<(String, 
         ("KUBERNETES_SERVICE_PORT".into(), api_port.to_string()),
         // The shim binds the process's wildcard listeners to the pod's IP.
         ("LD_PRELOAD".into(), ctx.config.bind_shim.display().to_string()),
-        ("NEREID_POD_IP".into(), ctx.ip.to_string()),
+        ("NEREID_POD_IP".into(), ctx.addresses.pod.to_string()),
     ];
     // The image's own environment (the Dockerfile's ENV).
     if let Ok(ort) = std::env::var("ORT_DYLIB_PATH") {
@@ -191,18 +203,7 @@ async fn resolve_env(ctx: &PodContext<'_>, container: &Container, env: &mut Vec<
         let data = if let Some(secret) = &from.secret_ref {
             volumes::secret_data(ctx.client, &namespace, &secret.name, secret.optional.unwrap_or(false)).await?
         } else if let Some(cm) = &from.config_map_ref {
-            let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-                kube::Api::namespaced(ctx.client.clone(), &namespace);
-            match api.get_opt(&cm.name).await? {
-                Some(found) => found
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes()))
-                    .collect(),
-                None if cm.optional.unwrap_or(false) => BTreeMap::new(),
-                None => bail!("configmap \"{}\" not found", cm.name),
-            }
+            volumes::config_map(ctx.client, &namespace, &cm.name, cm.optional.unwrap_or(false)).await?
         } else {
             BTreeMap::new()
         };
@@ -222,22 +223,21 @@ async fn resolve_env(ctx: &PodContext<'_>, container: &Container, env: &mut Vec<
             }
             (None, Some(from)) => {
                 if let Some(selector) = &from.field_ref {
-                    field(ctx.pod, &selector.field_path, &ctx.ip.to_string())?
+                    field(ctx.pod, &selector.field_path, ctx.addresses)?
                 } else if let Some(key) = &from.secret_key_ref {
-                    let data =
-                        volumes::secret_data(ctx.client, &namespace, &key.name, key.optional.unwrap_or(false)).await?;
+                    let optional = key.optional.unwrap_or(false);
+                    let data = volumes::secret_data(ctx.client, &namespace, &key.name, optional).await?;
                     match data.get(&key.key) {
                         Some(v) => String::from_utf8_lossy(v).into_owned(),
-                        None if key.optional.unwrap_or(false) => continue,
+                        None if optional => continue,
                         None => bail!("couldn't find key {} in Secret {namespace}/{}", key.key, key.name),
                     }
                 } else if let Some(key) = &from.config_map_key_ref {
-                    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-                        kube::Api::namespaced(ctx.client.clone(), &namespace);
-                    let cm = api.get_opt(&key.name).await?;
-                    match cm.and_then(|c| c.data).and_then(|d| d.get(&key.key).cloned()) {
-                        Some(v) => v,
-                        None if key.optional.unwrap_or(false) => continue,
+                    let optional = key.optional.unwrap_or(false);
+                    let data = volumes::config_map(ctx.client, &namespace, &key.name, optional).await?;
+                    match data.get(&key.key) {
+                        Some(v) => String::from_utf8_lossy(v).into_owned(),
+                        None if optional => continue,
                         None => bail!("couldn't find key {} in ConfigMap {namespace}/{}", key.key, key.name),
                     }
                 } else {
@@ -255,7 +255,7 @@ async fn resolve_env(ctx: &PodContext<'_>, container: &Container, env: &mut Vec<
 }
 
 /// A downward-API field of the pod.
-pub fn field(pod: &Pod, path: &str, pod_ip: &str) -> Result<String> {
+pub fn field(pod: &Pod, path: &str, addresses: Addresses) -> Result<String> {
     let spec = pod.spec.clone().unwrap_or_default();
     let value = match path {
         "metadata.name" => pod.name_any(),
@@ -263,8 +263,8 @@ pub fn field(pod: &Pod, path: &str, pod_ip: &str) -> Result<String> {
         "metadata.uid" => pod.uid().unwrap_or_default(),
         "spec.nodeName" => spec.node_name.unwrap_or_default(),
         "spec.serviceAccountName" => spec.service_account_name.unwrap_or_default(),
-        "status.podIP" | "status.podIPs" => pod_ip.to_string(),
-        "status.hostIP" => pod.status.as_ref().and_then(|s| s.host_ip.clone()).unwrap_or_default(),
+        "status.podIP" | "status.podIPs" => addresses.pod.to_string(),
+        "status.hostIP" | "status.hostIPs" => addresses.host.to_string(),
         other => {
             let label = |prefix: &str, map: &BTreeMap<String, String>| {
                 other

@@ -9,11 +9,12 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event as K8sEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 
 use crate::container::{self, ContainerJob, Ending};
 use crate::network::PodNetwork;
-use crate::plan::{self, PodContext, Refusal};
+use crate::plan::{self, Addresses, PodContext, Refusal};
 use crate::status::{ContainerView, PodView, State, now};
 use crate::volumes;
 
@@ -45,6 +46,9 @@ pub struct Runner {
     pub config: RunnerConfig,
     pub http: reqwest::Client,
     pods: Mutex<HashMap<String, Handle>>,
+    /// The node is shutting down: no pod is admitted any more, and stopped
+    /// pods keep their objects (a kubelet that stops deletes no pod).
+    stopping: AtomicBool,
 }
 
 struct Handle {
@@ -64,6 +68,7 @@ impl Runner {
             config,
             http,
             pods: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
         }
     }
 
@@ -87,16 +92,22 @@ impl Runner {
 
     fn observe(self: &Arc<Self>, pod: Pod, node: &str, index: usize) {
         let Some(uid) = pod.uid() else { return };
+        if self.stopping.load(Ordering::Acquire) {
+            return;
+        }
         let mut pods = self.pods.lock().expect("the pod table is never poisoned");
         if pod.metadata.deletion_timestamp.is_some() {
             let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30).max(0) as u64;
             match pods.get(&uid) {
                 Some(handle) => {
-                    handle.delete.send_if_modified(|deadline| {
-                        deadline
-                            .is_none()
-                            .then(|| *deadline = Some(Instant::now() + Duration::from_secs(grace)))
-                            .is_some()
+                    // A second, shorter delete brings the deadline forward.
+                    let deadline = Instant::now() + Duration::from_secs(grace);
+                    handle.delete.send_if_modified(|current| match current {
+                        Some(at) if *at <= deadline => false,
+                        _ => {
+                            *current = Some(deadline);
+                            true
+                        }
                     });
                 }
                 // Never started here: nothing to stop.
@@ -126,8 +137,11 @@ impl Runner {
         }
     }
 
-    /// Stops every pod (at shutdown): SIGTERM, then SIGKILL after 5 s.
+    /// Stops every pod (at shutdown): SIGTERM, then SIGKILL after 5 s, all
+    /// within 8 s, inside e2e/cluster.sh's 10 s before it kills this node.
+    /// Pod objects stay: the cluster goes down with the node.
     pub async fn stop_all(&self) {
+        self.stopping.store(true, Ordering::Release);
         let handles: Vec<Handle> = self
             .pods
             .lock()
@@ -140,9 +154,12 @@ impl Runner {
                 .delete
                 .send_replace(Some(Instant::now() + Duration::from_secs(5)));
         }
-        for handle in handles {
-            let _ = tokio::time::timeout(Duration::from_secs(15), handle.task).await;
-        }
+        let tasks = handles.into_iter().map(|h| h.task);
+        let _ = tokio::time::timeout(Duration::from_secs(8), futures::future::join_all(tasks)).await;
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
     }
 
     async fn supervise(
@@ -153,14 +170,22 @@ impl Runner {
         deleted: watch::Receiver<Option<Instant>>,
     ) {
         let uid = pod.uid().unwrap_or_default();
-        let worker = match Worker::admit(Arc::clone(&self), pod, &node, index, deleted).await {
-            Ok(worker) => worker,
+        match Worker::admit(Arc::clone(&self), pod.clone(), &node, index, deleted.clone()).await {
+            Ok(worker) => worker.run().await,
             Err(e) => {
+                // Nothing started: the pod waits, unrun, for its deletion.
                 tracing::error!(%uid, error = %format!("{e:#}"), "could not admit a pod");
-                return;
+                let mut deleted = deleted;
+                while deleted.borrow_and_update().is_none() {
+                    if deleted.changed().await.is_err() {
+                        break;
+                    }
+                }
+                if !self.stopping() {
+                    remove_object(self.config.client.clone(), pod).await;
+                }
             }
-        };
-        worker.run().await;
+        }
         self.config.network.release(index, &uid);
         self.pods.lock().expect("the pod table is never poisoned").remove(&uid);
     }
@@ -187,10 +212,10 @@ pub struct Worker {
     pub runner: Arc<Runner>,
     pub pod: Pod,
     pub root: PathBuf,
+    pub addresses: Addresses,
     pub view: Mutex<PodView>,
     pub deleted: watch::Receiver<Option<Instant>>,
     recorder: Recorder,
-    volumes: Result<std::collections::BTreeMap<String, PathBuf>, String>,
     writes: tokio::sync::Mutex<()>,
 }
 
@@ -212,9 +237,12 @@ impl Worker {
         tokio::fs::create_dir_all(&root).await?;
         let spec = pod.spec.clone().unwrap_or_default();
         let image = |c: &k8s_openapi::api::core::v1::Container| c.image.clone().unwrap_or_default();
+        let addresses = Addresses {
+            pod: ip,
+            host: runner.config.network.node_ip(index),
+        };
         let view = PodView {
-            ip,
-            host_ip: runner.config.network.node_ip(index),
+            addresses,
             start_time: now(),
             init: spec
                 .init_containers
@@ -229,10 +257,8 @@ impl Worker {
                 .collect(),
             initialized: spec.init_containers.as_ref().is_none_or(Vec::is_empty),
             finished: None,
+            transitions: Default::default(),
         };
-        let volumes = volumes::materialise(&runner.config.client, &pod, &root)
-            .await
-            .map_err(|e| format!("{e:#}"));
         let recorder = Recorder::new(
             runner.config.client.clone(),
             Reporter {
@@ -244,10 +270,10 @@ impl Worker {
             runner,
             pod,
             root,
+            addresses,
             view: Mutex::new(view),
             deleted,
             recorder,
-            volumes,
             writes: tokio::sync::Mutex::new(()),
         }))
     }
@@ -315,50 +341,38 @@ impl Worker {
 
     async fn run(self: Arc<Self>) {
         self.write_status().await;
-        let volumes = match &self.volumes {
-            Ok(volumes) => volumes.clone(),
-            Err(message) => {
-                let message = message.clone();
-                self.update(|v| {
-                    for c in v.init.iter_mut().chain(v.containers.iter_mut()) {
-                        c.state = State::waiting("CreateContainerConfigError", Some(message.clone()));
-                    }
-                })
-                .await;
-                self.event(EventType::Warning, "Failed", format!("Error: {message}"))
+        let volumes =
+            match volumes::materialise(&self.runner.config.client, &self.pod, &self.root, self.addresses).await {
+                Ok(volumes) => volumes,
+                Err(e) => {
+                    let message = format!("{e:#}");
+                    self.update(|v| {
+                        for c in v.init.iter_mut().chain(v.containers.iter_mut()) {
+                            c.state = State::waiting("CreateContainerConfigError", Some(message.clone()));
+                        }
+                    })
                     .await;
-                self.deleting().await;
-                self.finish().await;
-                return;
-            }
-        };
-        let view = self.view.lock().expect("the pod view is never poisoned").clone();
+                    self.event(EventType::Warning, "Failed", format!("Error: {message}"))
+                        .await;
+                    self.deleting().await;
+                    self.finish().await;
+                    return;
+                }
+            };
         let ctx = PodContext {
             client: &self.runner.config.client,
             config: &self.runner.config,
             pod: &self.pod,
-            ip: view.ip,
+            addresses: self.addresses,
             root: &self.root,
             volumes: &volumes,
         };
         let spec = self.pod.spec.clone().unwrap_or_default();
-        let restart_policy = spec.restart_policy.clone().unwrap_or_else(|| "Always".into());
 
         for (i, init) in spec.init_containers.iter().flatten().enumerate() {
-            let plan = match plan::plan(&ctx, init).await {
-                Ok(plan) => plan,
-                Err(refusal) => {
-                    self.refuse(true, i, refusal).await;
-                    return;
-                }
-            };
-            let job = ContainerJob {
-                worker: Arc::clone(&self),
-                index: i,
-                init: true,
-                spec: init.clone(),
-                plan,
-                restart_policy: restart_policy.clone(),
+            let job = match self.job(&ctx, true, i, init).await {
+                Ok(job) => job,
+                Err(refusal) => return self.refuse(true, i, refusal).await,
             };
             match container::run(job).await {
                 Ending::Completed => continue,
@@ -369,39 +383,59 @@ impl Worker {
                     return;
                 }
                 Ending::Deleted => {
-                    self.finish().await;
+                    self.ended_by_deletion().await;
                     return;
                 }
             }
         }
-        self.update(|v| v.initialized = true).await;
+        if !spec.init_containers.as_ref().is_none_or(Vec::is_empty) {
+            self.update(|v| v.initialized = true).await;
+        }
 
         let mut jobs = Vec::new();
         for (i, c) in spec.containers.iter().enumerate() {
-            match plan::plan(&ctx, c).await {
-                Ok(plan) => jobs.push(ContainerJob {
-                    worker: Arc::clone(&self),
-                    index: i,
-                    init: false,
-                    spec: c.clone(),
-                    plan,
-                    restart_policy: restart_policy.clone(),
-                }),
-                Err(refusal) => {
-                    self.refuse(false, i, refusal).await;
-                    return;
-                }
+            match self.job(&ctx, false, i, c).await {
+                Ok(job) => jobs.push(job),
+                Err(refusal) => return self.refuse(false, i, refusal).await,
             }
         }
         let endings = futures::future::join_all(jobs.into_iter().map(container::run)).await;
-        if !endings.contains(&Ending::Deleted) {
-            let phase = if endings.iter().all(|e| *e == Ending::Completed) {
-                "Succeeded"
-            } else {
-                "Failed"
-            };
-            self.update(|v| v.finished = Some(phase)).await;
-            self.deleting().await;
+        if endings.contains(&Ending::Deleted) {
+            self.ended_by_deletion().await;
+            return;
+        }
+        let phase = if endings.iter().all(|e| *e == Ending::Completed) {
+            "Succeeded"
+        } else {
+            "Failed"
+        };
+        self.update(|v| v.finished = Some(phase)).await;
+        self.deleting().await;
+        self.finish().await;
+    }
+
+    /// The container `spec` (init or not, the `index`-th) planned to run.
+    async fn job(
+        self: &Arc<Self>,
+        ctx: &PodContext<'_>,
+        init: bool,
+        index: usize,
+        spec: &Container,
+    ) -> Result<ContainerJob, Refusal> {
+        Ok(ContainerJob {
+            worker: Arc::clone(self),
+            index,
+            init,
+            spec: spec.clone(),
+            plan: plan::plan(ctx, spec).await?,
+        })
+    }
+
+    /// Every container stopped for the pod's deletion: as the kubelet does,
+    /// the pod ends in a terminal phase before its object goes.
+    async fn ended_by_deletion(&self) {
+        if !self.runner.stopping() {
+            self.update(|v| v.finished = Some(v.terminal_phase())).await;
         }
         self.finish().await;
     }
@@ -412,11 +446,8 @@ impl Worker {
             Refusal::Image(m) => ("ErrImagePull", m),
             Refusal::Config(m) => ("CreateContainerConfigError", m),
         };
-        self.update(|v| {
-            let list = if init { &mut v.init } else { &mut v.containers };
-            list[index].state = State::waiting(reason, Some(message.clone()));
-        })
-        .await;
+        self.update(|v| v.container_mut(init, index).state = State::waiting(reason, Some(message.clone())))
+            .await;
         let note = match reason {
             "ErrImagePull" => format!("Failed to pull image: {message}"),
             _ => format!("Error: {message}"),
@@ -426,9 +457,10 @@ impl Worker {
         self.finish().await;
     }
 
-    /// Every process is gone: the pod object goes too, if it is being deleted.
+    /// Every process is gone: the pod object goes too, if it is being
+    /// deleted (not when the node itself is stopping).
     async fn finish(&self) {
-        if self.deadline().is_some() {
+        if self.deadline().is_some() && !self.runner.stopping() {
             remove_object(self.runner.config.client.clone(), self.pod.clone()).await;
         }
     }

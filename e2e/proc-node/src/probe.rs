@@ -66,13 +66,10 @@ pub async fn run(
         let Some((program, args)) = command.split_first() else {
             return Err("exec probe without a command".into());
         };
-        let run = tokio::process::Command::new(program)
-            .args(args)
-            .env_clear()
-            .envs(plan.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&plan.cwd)
-            .kill_on_drop(true)
-            .output();
+        // The command names paths as the container sees them.
+        let program = crate::plan::rewrite(program, &plan.mounts);
+        let args: Vec<String> = args.iter().map(|a| crate::plan::rewrite(a, &plan.mounts)).collect();
+        let run = crate::process::command(plan, &program, &args).output();
         return match tokio::time::timeout(limit, run).await {
             Ok(Ok(out)) if out.status.success() => Ok(()),
             Ok(Ok(out)) => Err(format!("command {command:?} exited with {}", out.status)),

@@ -3,7 +3,7 @@
 //! restart count, readiness) and the Initialized, ContainersReady and Ready
 //! conditions (the scheduler's PodScheduled is kept as it is).
 
-use std::net::Ipv4Addr;
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, Pod,
@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+
+use crate::plan::Addresses;
 
 pub fn now() -> Time {
     Time(Timestamp::now())
@@ -124,33 +126,71 @@ impl ContainerView {
 /// Everything the status is made of.
 #[derive(Debug, Clone)]
 pub struct PodView {
-    pub ip: Ipv4Addr,
-    pub host_ip: Ipv4Addr,
+    pub addresses: Addresses,
     pub start_time: Time,
     pub init: Vec<ContainerView>,
     pub containers: Vec<ContainerView>,
     pub initialized: bool,
-    /// Set when every container has ended for good (restartPolicy Never/OnFailure).
+    /// Set when every container has ended for good (restartPolicy
+    /// Never/OnFailure, or the pod's deletion).
     pub finished: Option<&'static str>,
+    /// The conditions this node writes: their last status and since when.
+    pub transitions: BTreeMap<&'static str, (bool, Time)>,
 }
 
 impl PodView {
-    pub fn status(&self, pod: &Pod) -> PodStatus {
+    pub fn container_mut(&mut self, init: bool, index: usize) -> &mut ContainerView {
+        if init {
+            &mut self.init[index]
+        } else {
+            &mut self.containers[index]
+        }
+    }
+
+    /// The phase once every container has stopped: Succeeded when each
+    /// last exited 0, else Failed.
+    pub fn terminal_phase(&self) -> &'static str {
+        let succeeded = self
+            .containers
+            .iter()
+            .all(|c| matches!(c.state, State::Terminated { exit_code: 0, .. }));
+        if succeeded { "Succeeded" } else { "Failed" }
+    }
+
+    /// The condition `type_`, its transition time kept while its status holds.
+    fn condition(&mut self, type_: &'static str, ok: bool, reason: &str) -> PodCondition {
+        let since = match self.transitions.get(type_) {
+            Some((was, since)) if *was == ok => since.clone(),
+            _ => {
+                let since = now();
+                self.transitions.insert(type_, (ok, since.clone()));
+                since
+            }
+        };
+        PodCondition {
+            type_: type_.to_string(),
+            status: if ok { "True" } else { "False" }.to_string(),
+            reason: (!ok).then(|| reason.to_string()),
+            last_transition_time: Some(since),
+            ..PodCondition::default()
+        }
+    }
+
+    pub fn status(&mut self, pod: &Pod) -> PodStatus {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let running = self.containers.iter().any(|c| matches!(c.state, State::Running { .. }));
+        // As the kubelet's getPhase: once initialized, a pod whose containers
+        // have started (running, exited, or waiting to restart) is Running.
+        let started = self
+            .containers
+            .iter()
+            .any(|c| !matches!(c.state, State::Waiting { .. }) || c.last.is_some());
         let phase = match self.finished {
             Some(phase) => phase,
-            None if self.initialized && (running || self.containers.iter().any(|c| c.restarts > 0)) => "Running",
+            None if self.initialized && started => "Running",
             None => "Pending",
         };
         let all_ready = self.initialized && !self.containers.is_empty() && self.containers.iter().all(|c| c.ready);
-        let condition = |type_: &str, ok: bool, reason: Option<&str>| PodCondition {
-            type_: type_.to_string(),
-            status: if ok { "True" } else { "False" }.to_string(),
-            reason: (!ok).then(|| reason.unwrap_or("ContainersNotReady").to_string()),
-            last_transition_time: Some(now()),
-            ..PodCondition::default()
-        };
+        // The scheduler's condition, as it wrote it before binding the pod here.
         let mut conditions: Vec<PodCondition> = pod
             .status
             .as_ref()
@@ -159,32 +199,15 @@ impl PodView {
             .into_iter()
             .filter(|c| c.type_ == "PodScheduled")
             .collect();
-        // Keep a condition's transition time while its status holds.
-        let previous = |type_: &str| {
-            pod.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == type_).cloned())
-        };
-        for mut c in [
-            condition("Initialized", self.initialized, Some("ContainersNotInitialized")),
-            condition("ContainersReady", all_ready, None),
-            condition("Ready", all_ready, None),
-        ] {
-            if let Some(old) = previous(&c.type_)
-                && old.status == c.status
-            {
-                c.last_transition_time = old.last_transition_time;
-            }
-            conditions.push(c);
-        }
+        conditions.push(self.condition("Initialized", self.initialized, "ContainersNotInitialized"));
+        conditions.push(self.condition("ContainersReady", all_ready, "ContainersNotReady"));
+        conditions.push(self.condition("Ready", all_ready, "ContainersNotReady"));
+        let ip = self.addresses.pod.to_string();
         PodStatus {
             phase: Some(phase.to_string()),
-            pod_ip: Some(self.ip.to_string()),
-            pod_ips: Some(vec![PodIP {
-                ip: self.ip.to_string(),
-            }]),
-            host_ip: Some(self.host_ip.to_string()),
+            pod_ip: Some(ip.clone()),
+            pod_ips: Some(vec![PodIP { ip }]),
+            host_ip: Some(self.addresses.host.to_string()),
             start_time: Some(self.start_time.clone()),
             conditions: Some(conditions),
             init_container_statuses: (!self.init.is_empty())

@@ -14,14 +14,21 @@ use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Pod, Secret, ServiceAccou
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 
+use crate::plan::Addresses;
+
 /// Materialises every volume of `pod` under `root/volumes/<name>`.
-pub async fn materialise(client: &Client, pod: &Pod, root: &Path) -> Result<BTreeMap<String, PathBuf>> {
+pub async fn materialise(
+    client: &Client,
+    pod: &Pod,
+    root: &Path,
+    addresses: Addresses,
+) -> Result<BTreeMap<String, PathBuf>> {
     let namespace = pod.namespace().unwrap_or_default();
     let mut dirs = BTreeMap::new();
     for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let dir = root.join("volumes").join(&volume.name);
         tokio::fs::create_dir_all(&dir).await?;
-        fill(client, pod, &namespace, volume, &dir)
+        fill(client, pod, &namespace, volume, &dir, addresses)
             .await
             .with_context(|| format!("volume '{}'", volume.name))?;
         dirs.insert(volume.name.clone(), dir);
@@ -29,7 +36,14 @@ pub async fn materialise(client: &Client, pod: &Pod, root: &Path) -> Result<BTre
     Ok(dirs)
 }
 
-async fn fill(client: &Client, pod: &Pod, namespace: &str, volume: &Volume, dir: &Path) -> Result<()> {
+async fn fill(
+    client: &Client,
+    pod: &Pod,
+    namespace: &str,
+    volume: &Volume,
+    dir: &Path,
+    addresses: Addresses,
+) -> Result<()> {
     if volume.empty_dir.is_some() {
         return Ok(());
     }
@@ -59,7 +73,7 @@ async fn fill(client: &Client, pod: &Pod, namespace: &str, volume: &Volume, dir:
             if let Some(downward) = &source.downward_api {
                 for item in downward.items.iter().flatten() {
                     if let Some(field) = &item.field_ref {
-                        let value = crate::plan::field(pod, &field.field_path, "")?;
+                        let value = crate::plan::field(pod, &field.field_path, addresses)?;
                         write(dir, &item.path, value.as_bytes()).await?;
                     }
                 }
@@ -73,7 +87,13 @@ async fn fill(client: &Client, pod: &Pod, namespace: &str, volume: &Volume, dir:
     bail!("this volume type is not supported by the process node (emptyDir, configMap, secret, projected are)")
 }
 
-async fn config_map(client: &Client, namespace: &str, name: &str, optional: bool) -> Result<BTreeMap<String, Vec<u8>>> {
+/// A ConfigMap's keys and values (text and binary), empty when optional and missing.
+pub async fn config_map(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    optional: bool,
+) -> Result<BTreeMap<String, Vec<u8>>> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     match api.get_opt(name).await? {
         Some(cm) => {
@@ -96,7 +116,7 @@ async fn config_map(client: &Client, namespace: &str, name: &str, optional: bool
     }
 }
 
-/// A Secret's keys and values, or `None`-as-empty when optional and missing.
+/// A Secret's keys and values, empty when optional and missing.
 pub async fn secret_data(
     client: &Client,
     namespace: &str,
@@ -106,20 +126,13 @@ pub async fn secret_data(
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     match api.get_opt(name).await? {
         Some(secret) => {
-            let mut out: BTreeMap<String, Vec<u8>> = secret
+            // (The API server folds stringData into data; it never returns it.)
+            Ok(secret
                 .data
                 .unwrap_or_default()
                 .into_iter()
                 .map(|(k, ByteString(v))| (k, v))
-                .collect();
-            out.extend(
-                secret
-                    .string_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes())),
-            );
-            Ok(out)
+                .collect())
         }
         None if optional => Ok(BTreeMap::new()),
         None => bail!("secret \"{name}\" not found"),
