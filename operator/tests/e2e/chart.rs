@@ -142,7 +142,7 @@ pub async fn operator_leads(env: &Env) -> Result<()> {
         ensure!(replicas.len() == 2, "{} ready operator pods", replicas.len());
         let (leader, _) = operator::leader_and_standbys(env, OPERATOR_NAMESPACE, OPERATOR_NAME, replicas).await?;
         ensure!(
-            leader.metric("nereid_operator_leader").await? == 1.0,
+            leader.metric(operator::LEADER).await? == 1.0,
             "{} does not report leading yet",
             leader.name
         );

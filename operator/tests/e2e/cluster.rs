@@ -5,7 +5,7 @@
 //! [`Cluster`] closes it, and the operating system closes it too when this
 //! harness dies, so no path leaves a cluster behind.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -34,27 +34,22 @@ pub struct Cluster {
     stdin: Option<ChildStdin>,
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
-    /// The S3 endpoint (`http://127.0.0.1:PORT`) when the cluster has one.
-    pub s3_endpoint: Option<String>,
+    /// The S3 endpoint (`http://127.0.0.1:PORT`).
+    pub s3_endpoint: String,
 }
 
 impl Cluster {
     /// Starts the control plane in `dir` with the binaries of `bin`, and
-    /// with `serving`, the process nodes and the S3 endpoint.
-    pub fn start(repo: &Path, bin: &Path, dir: &Path, serving: Option<&Serving>) -> Result<Cluster> {
-        let mut command = Command::new("bash");
-        command
+    /// with `serving` the process nodes and the S3 endpoint.
+    pub fn start(repo: &Path, bin: &Path, dir: &Path, serving: &Serving) -> Result<Cluster> {
+        let mut script = Command::new("bash")
             .arg(repo.join("e2e/cluster.sh"))
             .arg(dir)
-            .env("NEREID_E2E_BIN", bin);
-        if let Some(serving) = serving {
-            command
-                .env("NEREID_PROC_NODE_BIN", serving.workspace_bin.join("nereid-proc-node"))
-                .env("NEREID_IMAGE_BIN_DIR", &serving.workspace_bin)
-                .env("NEREID_POD_CIDR", serving.pod_cidr)
-                .env("NEREID_MOTO_SERVER", &serving.moto);
-        }
-        let mut script = command
+            .env("NEREID_E2E_BIN", bin)
+            .env("NEREID_PROC_NODE_BIN", serving.workspace_bin.join("nereid-proc-node"))
+            .env("NEREID_IMAGE_BIN_DIR", &serving.workspace_bin)
+            .env("NEREID_POD_CIDR", serving.pod_cidr)
+            .env("NEREID_MOTO_SERVER", &serving.moto)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -66,17 +61,9 @@ impl Cluster {
             stdin,
             dir: dir.to_path_buf(),
             kubeconfig: PathBuf::new(),
-            s3_endpoint: None,
+            s3_endpoint: String::new(),
         };
-        // Read the script's stdout on its own thread so the wait is bounded.
-        let (lines_tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if lines_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = lines(stdout);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -84,11 +71,9 @@ impl Cluster {
                 Ok(line) => {
                     if let Some(kubeconfig) = line.strip_prefix("ready ") {
                         cluster.kubeconfig = PathBuf::from(kubeconfig);
-                        if serving.is_some() {
-                            let endpoint = std::fs::read_to_string(dir.join("s3-endpoint"))
-                                .context("the S3 endpoint e2e/cluster.sh should have written")?;
-                            cluster.s3_endpoint = Some(endpoint.trim().to_string());
-                        }
+                        let endpoint = std::fs::read_to_string(dir.join("s3-endpoint"))
+                            .context("the S3 endpoint e2e/cluster.sh should have written")?;
+                        cluster.s3_endpoint = endpoint.trim().to_string();
                         return Ok(cluster);
                     }
                 }
@@ -101,6 +86,20 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The lines `output` writes, read on a thread of their own so that a wait
+/// for them can be bounded (`recv_timeout`).
+pub fn lines(output: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 impl Drop for Cluster {

@@ -11,12 +11,11 @@ use kube::Api;
 
 use crate::env::{Env, OPERATOR_NAME, OPERATOR_NAMESPACE, RELEASE};
 use crate::models;
-use crate::operator::{self, LEASE_DURATION_SECS};
+use crate::operator::{self, LEADER, LEASE_DURATION_SECS};
 use crate::wait::{self, LONG};
 
 const NAMESPACE: &str = "leader";
 const RECONCILES: &str = "nereid_operator_reconcile_total{kind=\"InferenceModel\"}";
-const LEADER: &str = "nereid_operator_leader";
 
 pub async fn run(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;

@@ -34,11 +34,13 @@ mod lifecycle;
 mod models;
 mod operator;
 mod process_node;
+mod procfs;
 mod rollout;
 mod s3;
 mod scaling;
 mod scoped;
 mod serving;
+mod simple_model;
 mod teardown;
 mod traffic;
 mod validation;
@@ -134,7 +136,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let repo = repo();
-    let tools = tools(&repo).and_then(|bin| Ok((bin, workspace::serving(&repo)?)));
+    let tools = tools(&repo).and_then(|bin| Ok((bin, workspace::serving(&repo, true)?)));
     let (bin, serving) = match tools {
         Ok(found) => found,
         Err(why) if std::env::var("NEREID_E2E").as_deref() != Ok("required") => {
@@ -204,7 +206,7 @@ async fn run(repo: PathBuf, bin: PathBuf, serving: Serving, selected: &[&(&str, 
     );
     let started = Instant::now();
     let setup = async {
-        let cluster = Cluster::start(&repo, &bin, &dir, Some(&serving))?;
+        let cluster = Cluster::start(&repo, &bin, &dir, &serving)?;
         println!("e2e: control plane up in {:.1}s", started.elapsed().as_secs_f64());
         let env = Env::new(repo.clone(), bin.clone(), cluster).await?;
         chart::install(&env).await.context("setting up the chart")?;

@@ -1,6 +1,8 @@
 //! Helpers the scenarios share: applying InferenceModels and reading back
 //! what the operator and the cluster made of them.
 
+use std::net::IpAddr;
+
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -18,9 +20,26 @@ pub const SMALL_CPU: &str = "    cpu: 500m\n    memory: 256Mi\n";
 /// An InferenceModel manifest: `name` from S3, with `replicas` pods each
 /// asking for `resources` (YAML lines indented by four spaces).
 pub fn manifest(name: &str, replicas: i32, resources: &str) -> String {
+    manifest_of(
+        name,
+        replicas,
+        &format!("    uri: s3://e2e-models/{name}\n"),
+        resources,
+        "",
+    )
+}
+
+/// The scheduling that puts a model's pods on the process nodes (spec lines).
+pub const ON_PROCESS_NODES: &str = "  scheduling:\n    nodeSelector:\n      nereid.dev/process-node: \"true\"\n    \
+                                    tolerations:\n    - key: nereid.dev/process-node\n      operator: Exists\n      \
+                                    effect: NoSchedule\n";
+
+/// An InferenceModel manifest from its parts: `source` and `resources` are
+/// YAML lines indented by four spaces, `extra` more spec lines by two.
+pub fn manifest_of(name: &str, replicas: i32, source: &str, resources: &str, extra: &str) -> String {
     format!(
         "apiVersion: serving.nereid.dev/v1alpha1\nkind: InferenceModel\nmetadata:\n  name: {name}\nspec:\n  \
-         source:\n    uri: s3://e2e-models/{name}\n  replicas: {replicas}\n  resources:\n{resources}"
+         source:\n{source}  replicas: {replicas}\n  resources:\n{resources}{extra}"
     )
 }
 
@@ -81,6 +100,16 @@ pub async fn pods(env: &Env, namespace: &str, name: &str) -> Result<Vec<Pod>> {
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect())
+}
+
+/// The pod's IP.
+pub fn pod_ip(pod: &Pod) -> Result<IpAddr> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .context("no pod IP")?
+        .parse()
+        .context("the pod IP")
 }
 
 /// Whether the pod is Running with its Ready condition True.

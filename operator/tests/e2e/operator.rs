@@ -7,19 +7,22 @@
 
 use std::net::IpAddr;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 
 use crate::env::Env;
+use crate::procfs;
 
 /// The chart's lease duration in this suite (`leaderElection.leaseDurationSeconds`):
 /// short, so that a takeover is quick to see.
 pub const LEASE_DURATION_SECS: u64 = 5;
 /// The port the chart gives the operator's metrics and health endpoints.
 const METRICS_PORT: u16 = 8080;
+/// Whether a replica leads (1) or stands by (0).
+pub const LEADER: &str = "nereid_operator_leader";
 
 /// One running operator replica: its pod and where its metrics are.
 #[derive(Clone, Debug)]
@@ -66,19 +69,26 @@ impl Replica {
     }
 }
 
+/// Every operator pod of the Helm release `release` in `namespace`,
+/// terminating ones included.
+pub async fn pods(env: &Env, namespace: &str, release: &str) -> Result<Vec<Pod>> {
+    let selector = format!("app.kubernetes.io/instance={release},app.kubernetes.io/component=operator");
+    Ok(Api::<Pod>::namespaced(env.client.clone(), namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items)
+}
+
 /// The ready operator pods of the Helm release `release` in `namespace`.
 pub async fn replicas(env: &Env, namespace: &str, release: &str) -> Result<Vec<Replica>> {
-    let selector = format!("app.kubernetes.io/instance={release},app.kubernetes.io/component=operator");
-    let pods = Api::<Pod>::namespaced(env.client.clone(), namespace)
-        .list(&ListParams::default().labels(&selector))
-        .await?;
-    pods.items
+    pods(env, namespace, release)
+        .await?
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none() && crate::models::running_and_ready(p))
         .map(|p| {
             Ok(Replica {
                 name: p.metadata.name.clone().context("a pod name")?,
-                ip: crate::serving::pod_ip(p)?,
+                ip: crate::models::pod_ip(p)?,
             })
         })
         .collect()
@@ -115,20 +125,11 @@ pub async fn leader_and_standbys(
 /// container `POD_NAME` from the downward API, as the chart asks.
 fn process_of_pod(pod: &str) -> Result<u32> {
     let wanted = format!("POD_NAME={pod}");
-    for entry in std::fs::read_dir("/proc")?.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains("nereid-operator") {
-            continue;
-        }
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        if environ.split(|b| *b == 0).any(|var| var == wanted.as_bytes()) {
-            return Ok(pid);
-        }
-    }
-    bail!("no nereid-operator process of pod {pod}")
+    procfs::all()
+        .into_iter()
+        .find(|p| p.cmdline.contains("nereid-operator") && p.has_env(&wanted))
+        .map(|p| p.pid)
+        .with_context(|| format!("no nereid-operator process of pod {pod}"))
 }
 
 /// The end of every operator container's log under the process nodes'

@@ -16,14 +16,20 @@ use crate::wait::{self, LONG};
 
 const NAMESPACE: &str = "process-node";
 
-/// A pod for the process node `proc-0` that the restricted Pod Security
-/// Standard admits; `container` is the container's YAML past its name,
-/// indented by six spaces.
-fn pod(name: &str, image: &str, container: &str) -> String {
+/// The process node `proc-0`, as pod spec lines.
+const ON_PROC_0: &str = "  nodeSelector: {kubernetes.io/hostname: proc-0}\n  \
+                         tolerations: [{key: nereid.dev/process-node, operator: Exists, effect: NoSchedule}]\n";
+/// Any process node with a GPU free (only proc-gpu-0 has them).
+const ON_A_GPU_PROCESS_NODE: &str = "  nodeSelector: {nereid.dev/process-node: \"true\"}\n  tolerations:\n  \
+                                     - {key: nereid.dev/process-node, operator: Exists, effect: NoSchedule}\n  \
+                                     - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n";
+
+/// A pod placed by `scheduling` (pod spec lines) that the restricted Pod
+/// Security Standard admits; `container` is the container's YAML past its
+/// name, indented by six spaces.
+fn pod(name: &str, image: &str, scheduling: &str, container: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeSelector:\n    \
-         kubernetes.io/hostname: proc-0\n  tolerations:\n  - key: nereid.dev/process-node\n    \
-         operator: Exists\n    effect: NoSchedule\n  automountServiceAccountToken: false\n  \
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n{scheduling}  automountServiceAccountToken: false\n  \
          terminationGracePeriodSeconds: 5\n  securityContext:\n    runAsNonRoot: true\n    runAsUser: 65532\n    \
          seccompProfile: {{type: RuntimeDefault}}\n  containers:\n    - name: main\n      image: {image}\n      \
          securityContext:\n        allowPrivilegeEscalation: false\n        capabilities: {{drop: [ALL]}}\n{container}"
@@ -45,15 +51,22 @@ async fn container(env: &Env, name: &str) -> Result<(Pod, ContainerStatus)> {
 pub async fn run(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
     let manifests = [
-        pod("not-nereid", "busybox:1.36", "      command: [sleep, \"3600\"]\n"),
+        pod(
+            "not-nereid",
+            "busybox:1.36",
+            ON_PROC_0,
+            "      command: [sleep, \"3600\"]\n",
+        ),
         pod(
             "exits-at-once",
             SERVER_IMAGE,
+            ON_PROC_0,
             "      command: [nereid-server, --no-such-flag]\n      terminationMessagePolicy: FallbackToLogsOnError\n",
         ),
         pod(
             "probe-on-closed-port",
             SERVER_IMAGE,
+            ON_PROC_0,
             "      command: [nereid-server, --model-repository, /repo]\n      volumeMounts: [{name: repo, mountPath: /repo}]\n      \
              readinessProbe: {tcpSocket: {port: 9}, periodSeconds: 1, failureThreshold: 1}\n  \
              volumes: [{name: repo, emptyDir: {}}]\n",
@@ -61,24 +74,19 @@ pub async fn run(env: &Env) -> Result<()> {
         pod(
             "grpc-probe",
             SERVER_IMAGE,
+            ON_PROC_0,
             "      command: [nereid-server, --model-repository, /repo]\n      volumeMounts: [{name: repo, mountPath: /repo}]\n      \
              readinessProbe: {grpc: {port: 8001}, periodSeconds: 1}\n  \
              volumes: [{name: repo, emptyDir: {}}]\n",
         ),
+        pod(
+            "gpu-pod",
+            SERVER_IMAGE,
+            ON_A_GPU_PROCESS_NODE,
+            "      command: [nereid-server, --model-repository, /repo]\n      volumeMounts: [{name: repo, mountPath: /repo}]\n      \
+             resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: repo, emptyDir: {}}]\n",
+        ),
     ];
-    // Any process node, as long as it has a GPU free: only proc-gpu-0 does.
-    let gpu = pod(
-        "gpu-pod",
-        SERVER_IMAGE,
-        "      command: [nereid-server, --model-repository, /repo]\n      volumeMounts: [{name: repo, mountPath: /repo}]\n      \
-         resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: repo, emptyDir: {}}]\n",
-    )
-    .replace("kubernetes.io/hostname: proc-0", "nereid.dev/process-node: \"true\"")
-    .replace(
-        "  automountServiceAccountToken",
-        "  - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n  automountServiceAccountToken",
-    );
-    let manifests = [&manifests[..], &[gpu]].concat();
     env.kubectl_stdin(["apply", "-n", NAMESPACE, "-f", "-"], &manifests.join("---\n"))
         .await?;
 

@@ -4,23 +4,22 @@
 //! model's endpoint, the preStop pause and the server's drain make it so.
 
 use std::collections::BTreeSet;
-use std::net::IpAddr;
 
-use anyhow::{Result, bail, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
 use crate::env::Env;
 use crate::inference;
 use crate::models;
-use crate::serving::{self, HTTP_PORT, MODEL, NAMESPACE};
+use crate::simple_model::{self, MODEL, NAMESPACE};
 use crate::traffic::{Tally, Traffic};
 use crate::wait::{self, LONG};
 
 /// A config change rolls both pods while a client sends.
 pub async fn spec_change(env: &Env) -> Result<()> {
-    let before = serving::deployed(env).await?;
-    let old: BTreeSet<IpAddr> = before.iter().map(serving::pod_ip).collect::<Result<_>>()?;
+    let (before, _) = simple_model::deployed(env).await?;
+    let old = names(&before);
 
     // A config change rolls every pod, one at a time.
     let traffic = Traffic::start(env, NAMESPACE, MODEL, MODEL).await?;
@@ -34,23 +33,22 @@ pub async fn spec_change(env: &Env) -> Result<()> {
         r#"{"spec":{"config":{"maxBatchSize":4}}}"#,
     ])
     .await?;
-    let old_names = names(&before);
     let after = wait::until("the rollout to replace both pods", LONG, || async {
         let pods = models::pods(env, NAMESPACE, MODEL).await?;
         let ready = pods.iter().filter(|p| models::running_and_ready(p)).count();
-        if pods.len() != 2 || ready != 2 || !names(&pods).is_disjoint(&old_names) {
-            bail!("pods {:?} ({ready} ready), old ones {old_names:?}", names(&pods));
+        if pods.len() != 2 || ready != 2 || !names(&pods).is_disjoint(&old) {
+            bail!("pods {:?} ({ready} ready), old ones {old:?}", names(&pods));
         }
         Ok(pods)
     })
     .await?;
     models::ready(env, NAMESPACE, MODEL, 2).await?;
-    let new: BTreeSet<IpAddr> = after.iter().map(serving::pod_ip).collect::<Result<_>>()?;
+    let new = names(&after);
     // Until the new pods have served, the old ones may still be draining.
     wait::until("the new pods to take traffic", LONG, || async {
         let served = traffic.served_by().await;
         ensure!(
-            new.iter().all(|ip| served.contains_key(ip)),
+            new.iter().all(|pod| served.contains_key(pod)),
             "served by {served:?}, new pods {new:?}"
         );
         Ok(())
@@ -59,7 +57,7 @@ pub async fn spec_change(env: &Env) -> Result<()> {
     let tally = traffic.stop().await;
     no_failures("the rollout", &tally)?;
     ensure!(
-        old.iter().any(|ip| tally.served_by.contains_key(ip)),
+        old.iter().any(|pod| tally.served_by.contains_key(pod)),
         "the old pods {old:?} served nothing during the rollout: {:?}",
         tally.served_by
     );
@@ -69,13 +67,13 @@ pub async fn spec_change(env: &Env) -> Result<()> {
 /// A pod deleted under load: the other keeps serving, the Deployment
 /// replaces the deleted one, and the replacement serves.
 pub async fn pod_deletion(env: &Env) -> Result<()> {
-    let after = serving::deployed(env).await?;
+    let (before, ports) = simple_model::deployed(env).await?;
     let traffic = Traffic::start(env, NAMESPACE, MODEL, MODEL).await?;
-    let victim = after[0].metadata.name.clone().unwrap_or_default();
-    let survivor = serving::pod_ip(&after[1])?;
+    let victim = before[0].metadata.name.clone().unwrap_or_default();
+    let survivor = before[1].metadata.name.clone().unwrap_or_default();
     env.kubectl(["delete", "pod", "-n", NAMESPACE, &victim, "--wait=false"])
         .await?;
-    let pods = wait::until("the deleted pod to be gone and replaced", LONG, || async {
+    let after = wait::until("the deleted pod to be gone and replaced", LONG, || async {
         let pods = models::pods(env, NAMESPACE, MODEL).await?;
         let gone = Api::<Pod>::namespaced(env.client.clone(), NAMESPACE)
             .get_opt(&victim)
@@ -88,16 +86,14 @@ pub async fn pod_deletion(env: &Env) -> Result<()> {
         Ok(pods)
     })
     .await?;
-    let replacement = pods
+    let replacement = after
         .iter()
-        .map(serving::pod_ip)
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .find(|ip| *ip != survivor)
-        .ok_or_else(|| anyhow::anyhow!("no replacement pod"))?;
+        .find(|p| p.metadata.name.as_deref() != Some(survivor.as_str()))
+        .context("no replacement pod")?;
+    let replacement_name = replacement.metadata.name.clone().unwrap_or_default();
     wait::until("the replacement to take traffic", LONG, || async {
         let served = traffic.served_by().await;
-        ensure!(served.contains_key(&replacement), "served by {served:?}");
+        ensure!(served.contains_key(&replacement_name), "served by {served:?}");
         Ok(())
     })
     .await?;
@@ -107,7 +103,8 @@ pub async fn pod_deletion(env: &Env) -> Result<()> {
         tally.served_by.contains_key(&survivor),
         "the surviving pod served nothing: {tally:?}"
     );
-    inference::add_sub(&inference::client(), replacement, HTTP_PORT, MODEL, 7).await?;
+    let ip = models::pod_ip(replacement)?;
+    inference::add_sub(&inference::client(), ip, ports.http, MODEL, 7).await?;
     Ok(())
 }
 

@@ -18,17 +18,14 @@ const AUTHORIZATION: &str = "AWS4-HMAC-SHA256 Credential=testing/20260101/us-eas
                              SignedHeaders=host, Signature=unverified";
 
 /// The S3 endpoint, as pods reach it.
-pub fn endpoint(env: &Env) -> Result<&str> {
-    env.cluster
-        .s3_endpoint
-        .as_deref()
-        .context("the cluster was started without its S3 endpoint")
+fn endpoint(env: &Env) -> &str {
+    &env.cluster.s3_endpoint
 }
 
 /// Creates `bucket` (idempotent: moto answers 200 for a bucket one owns).
 pub async fn bucket(env: &Env, bucket: &str) -> Result<()> {
     let response = reqwest::Client::new()
-        .put(format!("{}/{bucket}", endpoint(env)?))
+        .put(format!("{}/{bucket}", endpoint(env)))
         .header("authorization", AUTHORIZATION)
         .send()
         .await
@@ -44,7 +41,7 @@ pub async fn bucket(env: &Env, bucket: &str) -> Result<()> {
 /// Puts one object.
 pub async fn put(env: &Env, bucket: &str, key: &str, body: Vec<u8>) -> Result<()> {
     let response = reqwest::Client::new()
-        .put(format!("{}/{bucket}/{key}", endpoint(env)?))
+        .put(format!("{}/{bucket}/{key}", endpoint(env)))
         .header("authorization", AUTHORIZATION)
         .header("content-type", "application/octet-stream")
         .body(body)
@@ -78,11 +75,11 @@ pub async fn upload_folder(env: &Env, folder: &Path, bucket: &str, prefix: &str)
 
 /// A Secret named `name` whose keys are the environment the server and
 /// `nereid-fetch` read S3 credentials and the endpoint from.
-pub fn credentials_secret(env: &Env, name: &str) -> Result<String> {
-    Ok(format!(
+pub fn credentials_secret(env: &Env, name: &str) -> String {
+    format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\ntype: Opaque\nstringData:\n  \
          AWS_ACCESS_KEY_ID: testing\n  AWS_SECRET_ACCESS_KEY: testing\n  AWS_REGION: us-east-1\n  \
          AWS_ENDPOINT_URL: {}\n  AWS_ALLOW_HTTP: \"true\"\n",
-        endpoint(env)?
-    ))
+        endpoint(env)
+    )
 }

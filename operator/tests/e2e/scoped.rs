@@ -30,9 +30,9 @@ pub async fn run(env: &Env) -> Result<()> {
         "--replicas=0",
     ])
     .await?;
-    wait::until("the cluster-wide operators to stop", LONG, || async {
-        let left = operator::replicas(env, OPERATOR_NAMESPACE, crate::env::RELEASE).await?;
-        ensure!(left.is_empty(), "still running: {left:?}");
+    wait::until("the cluster-wide operators to be gone", LONG, || async {
+        let left = operator::pods(env, OPERATOR_NAMESPACE, crate::env::RELEASE).await?;
+        ensure!(left.is_empty(), "{} operator pods left", left.len());
         Ok(())
     })
     .await?;

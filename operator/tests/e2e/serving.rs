@@ -6,7 +6,6 @@
 use std::net::IpAddr;
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
@@ -14,61 +13,21 @@ use nereid_operator::builders::deployment::SERVER_CONTAINER;
 
 use crate::env::Env;
 use crate::inference::{self, MODEL_FOLDER};
-use crate::models::{self, SMALL_CPU};
+use crate::models;
 use crate::s3;
+use crate::simple_model::{self, BUCKET, MODEL, NAMESPACE};
+use crate::traffic;
 use crate::wait::{self, LONG};
+use crate::workspace::POD_CIDR;
 
-pub const NAMESPACE: &str = "serving";
-/// The served model (the `simple` example, under its own name).
-pub const MODEL: &str = "simple";
-pub const HTTP_PORT: i32 = 8000;
-const METRICS_PORT: i32 = 8002;
-const BUCKET: &str = "e2e-serving";
-const CREDENTIALS: &str = "s3-credentials";
-
-/// An InferenceModel from `s3://e2e-serving/<name>` on the process nodes.
-pub fn manifest(name: &str, replicas: i32) -> String {
-    format!(
-        "{}  scheduling:\n    nodeSelector:\n      nereid.dev/process-node: \"true\"\n    tolerations:\n    \
-         - key: nereid.dev/process-node\n      operator: Exists\n      effect: NoSchedule\n",
-        models::manifest(name, replicas, SMALL_CPU)
-            .replace("s3://e2e-models/", &format!("s3://{BUCKET}/"))
-            .replace(
-                "  source:\n",
-                &format!("  source:\n    credentialsSecret: {CREDENTIALS}\n")
-            )
-    )
-}
-
-/// The namespace, the bucket and the credentials Secret (idempotent).
-pub async fn prepare(env: &Env) -> Result<()> {
-    env.namespace(NAMESPACE).await?;
-    s3::bucket(env, BUCKET).await?;
-    models::apply(env, NAMESPACE, &s3::credentials_secret(env, CREDENTIALS)?).await
-}
-
-/// `simple` with two replicas, Ready (idempotent: the scenarios after the
-/// first find it in place).
-pub async fn deployed(env: &Env) -> Result<Vec<Pod>> {
-    prepare(env).await?;
-    s3::upload_folder(env, &env.path(MODEL_FOLDER), BUCKET, MODEL).await?;
-    models::apply(env, NAMESPACE, &manifest(MODEL, 2)).await?;
-    models::ready(env, NAMESPACE, MODEL, 2).await?;
-    models::running_pods(env, NAMESPACE, MODEL, 2).await
-}
-
-/// The pod's IP.
-pub fn pod_ip(pod: &Pod) -> Result<IpAddr> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.pod_ip.as_deref())
-        .context("no pod IP")?
-        .parse()
-        .context("the pod IP")
+/// Whether `ip` is in the process nodes' pod range (a /16).
+fn in_pod_range(ip: IpAddr) -> bool {
+    let prefix: Vec<&str> = POD_CIDR.split('.').take(2).collect();
+    ip.to_string().split('.').take(2).eq(prefix)
 }
 
 pub async fn run(env: &Env) -> Result<()> {
-    let pods = deployed(env).await?;
+    let (pods, ports) = simple_model::deployed(env).await?;
     let http = inference::client();
     let mut ips = Vec::new();
     for (n, pod) in pods.iter().enumerate() {
@@ -78,13 +37,10 @@ pub async fn run(env: &Env) -> Result<()> {
             .and_then(|s| s.node_name.as_deref())
             .unwrap_or_default();
         ensure!(node.starts_with("proc-"), "pod on {node:?}, not a process node");
-        let ip = pod_ip(pod)?;
-        ensure!(
-            ip.to_string().starts_with("10.244."),
-            "pod IP {ip} outside the pod range"
-        );
+        let ip = models::pod_ip(pod)?;
+        ensure!(in_pod_range(ip), "pod IP {ip} outside {POD_CIDR}");
         for seed in 0..3 {
-            inference::add_sub(&http, ip, HTTP_PORT, MODEL, n as i32 * 10 + seed).await?;
+            inference::add_sub(&http, ip, ports.http, MODEL, n as i32 * 10 + seed).await?;
         }
         ips.push(ip);
     }
@@ -104,12 +60,9 @@ pub async fn run(env: &Env) -> Result<()> {
         let slices = Api::<EndpointSlice>::namespaced(env.client.clone(), NAMESPACE)
             .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={MODEL}")))
             .await?;
-        let mut ready: Vec<IpAddr> = slices
-            .items
-            .iter()
-            .flat_map(|s| s.endpoints.iter().flatten())
-            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
-            .flat_map(|e| e.addresses.iter().filter_map(|a| a.parse().ok()))
+        let mut ready: Vec<IpAddr> = traffic::ready_endpoints(&slices.items)
+            .into_iter()
+            .map(|e| e.ip)
             .collect();
         ready.sort();
         let mut want = ips.clone();
@@ -121,7 +74,7 @@ pub async fn run(env: &Env) -> Result<()> {
 
     // Each pod's metrics port counts the requests it served, under Triton's names.
     for ip in &ips {
-        let url = format!("http://{ip}:{METRICS_PORT}/metrics");
+        let url = format!("http://{ip}:{}/metrics", ports.metrics);
         let text = http.get(&url).send().await?.error_for_status()?.text().await?;
         let served = text
             .lines()
@@ -142,7 +95,7 @@ pub async fn run(env: &Env) -> Result<()> {
 /// with the server's own words.
 pub async fn load_failed(env: &Env) -> Result<()> {
     const NAME: &str = "broken";
-    prepare(env).await?;
+    simple_model::prepare(env).await?;
     let config = std::fs::read_to_string(env.path(&format!("{MODEL_FOLDER}/config.pbtxt")))?
         .replace("name: \"simple\"", &format!("name: \"{NAME}\""));
     s3::put(env, BUCKET, &format!("{NAME}/config.pbtxt"), config.into_bytes()).await?;
@@ -153,7 +106,7 @@ pub async fn load_failed(env: &Env) -> Result<()> {
         b"not an ONNX model".to_vec(),
     )
     .await?;
-    models::apply(env, NAMESPACE, &manifest(NAME, 1)).await?;
+    models::apply(env, NAMESPACE, &simple_model::manifest(NAME, 1)).await?;
 
     let message = wait::until("LoadFailed with the server's reason and restarts", LONG, || async {
         let model = models::get(env, NAMESPACE, NAME).await?;

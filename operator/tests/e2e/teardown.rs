@@ -4,19 +4,18 @@
 //!
 //! The scenario runs this very binary as a second harness (a child in
 //! [`child`] mode, with its own cluster and pod range), waits until a pod of
-//! it serves, kills it, and watches every process whose command line names
-//! the child's folder go away.
+//! it serves, kills it, and watches every process it had started (by
+//! parentage, and any naming the child's folder) go away.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 
-use crate::cluster::Cluster;
-use crate::env::Env;
+use crate::cluster::{self, Cluster};
+use crate::env::{Env, SERVER_IMAGE};
+use crate::procfs::{self, Process};
 
 /// The variable that puts this binary in child mode, naming its folder.
 pub const CHILD_DIR: &str = "NEREID_E2E_KILL_PROBE";
@@ -48,15 +47,7 @@ pub async fn run(env: &Env) -> Result<()> {
         .stderr(stderr)
         .spawn()
         .context("starting the second harness")?;
-    let stdout = child.stdout.take().context("its stdout")?;
-    let (lines_tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = cluster::lines(child.stdout.take().context("its stdout")?);
     let started = tokio::task::spawn_blocking(move || {
         lines
             .recv_timeout(Duration::from_secs(180))
@@ -77,8 +68,8 @@ pub async fn run(env: &Env) -> Result<()> {
     // control plane, the S3 server, the process node and its pods' servers)
     // and anything else naming its folder.
     let child_pid = child.id();
-    let mut running = descendants(child_pid);
-    for process in processes_naming(&marker) {
+    let mut running = procfs::descendants(child_pid);
+    for process in procfs::naming(&marker) {
         if !running.contains(&process) {
             running.push(process);
         }
@@ -111,69 +102,6 @@ pub async fn run(env: &Env) -> Result<()> {
     }
 }
 
-/// A process, told apart from a later one with the same PID by its start time.
-#[derive(Debug, PartialEq, Eq)]
-struct Process {
-    pid: u32,
-    ppid: u32,
-    start_time: u64,
-    cmdline: String,
-}
-
-impl Process {
-    fn read(pid: u32) -> Option<Process> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // After "pid (comm)": state, ppid, ... start time is the 20th.
-        let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-        let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        Some(Process {
-            pid,
-            ppid: fields.get(1)?.parse().ok()?,
-            start_time: fields.get(19)?.parse().ok()?,
-            cmdline: String::from_utf8_lossy(&raw).replace('\0', " ").trim().to_string(),
-        })
-    }
-
-    /// Still running (a zombie has no command line left and counts as gone).
-    fn alive(&self) -> bool {
-        Process::read(self.pid).is_some_and(|now| now.start_time == self.start_time && !now.cmdline.is_empty())
-    }
-}
-
-fn all_processes() -> Vec<Process> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(Process::read)
-        .collect()
-}
-
-/// Every process below `root`.
-fn descendants(root: u32) -> Vec<Process> {
-    let mut all = all_processes();
-    let mut found = Vec::new();
-    let mut parents = vec![root];
-    while let Some(parent) = parents.pop() {
-        let (children, rest): (Vec<Process>, Vec<Process>) = all.into_iter().partition(|p| p.ppid == parent);
-        all = rest;
-        parents.extend(children.iter().map(|p| p.pid));
-        found.extend(children);
-    }
-    found
-}
-
-/// Every process whose command line names `marker`, but this one.
-fn processes_naming(marker: &str) -> Vec<Process> {
-    let own = std::process::id();
-    all_processes()
-        .into_iter()
-        .filter(|p| p.pid != own && p.cmdline.contains(marker))
-        .collect()
-}
-
 /// Whether `cidr` is still local on lo.
 fn local_route(cidr: &str) -> bool {
     Command::new("ip")
@@ -196,22 +124,25 @@ pub fn child(repo: &Path, bin: &Path, dir: &Path) -> ExitCode {
 }
 
 fn serve_until_killed(repo: &Path, bin: &Path, dir: &Path) -> Result<()> {
-    let mut serving = crate::workspace::serving(repo)?;
+    // The parent harness has built the workspace already.
+    let mut serving = crate::workspace::serving(repo, false)?;
     serving.pod_cidr = CHILD_POD_CIDR;
-    let cluster = Cluster::start(repo, bin, dir, Some(&serving))?;
+    let cluster = Cluster::start(repo, bin, dir, &serving)?;
     let kubectl = |args: &[&str], stdin: Option<&str>| -> Result<()> {
         let mut command = Command::new(bin.join("kubectl"));
         command.arg("--kubeconfig").arg(&cluster.kubeconfig).args(args);
         let output = crate::env::blocking_run(command, stdin)?;
         crate::env::checked(output).map(drop)
     };
-    let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kill-probe\nspec:\n  nodeSelector:\n    \
-               nereid.dev/process-node: \"true\"\n  tolerations:\n  - {key: nereid.dev/process-node, operator: Exists}\n  \
-               containers:\n  - name: server\n    image: nereid-e2e:test\n    \
-               command: [nereid-server, --model-repository, /repo]\n    volumeMounts: [{name: repo, mountPath: /repo}]\n    \
-               readinessProbe: {httpGet: {path: /v2/health/ready, port: 8000}, periodSeconds: 1}\n  \
-               volumes: [{name: repo, emptyDir: {}}]\n";
-    kubectl(&["apply", "-f", "-"], Some(pod))?;
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: kill-probe\nspec:\n  nodeSelector:\n    \
+         nereid.dev/process-node: \"true\"\n  tolerations:\n  - {{key: nereid.dev/process-node, operator: Exists}}\n  \
+         containers:\n  - name: server\n    image: {SERVER_IMAGE}\n    \
+         command: [nereid-server, --model-repository, /repo]\n    volumeMounts: [{{name: repo, mountPath: /repo}}]\n    \
+         readinessProbe: {{httpGet: {{path: /v2/health/ready, port: 8000}}, periodSeconds: 1}}\n  \
+         volumes: [{{name: repo, emptyDir: {{}}}}]\n"
+    );
+    kubectl(&["apply", "-f", "-"], Some(&pod))?;
     kubectl(
         &["wait", "--for=condition=Ready", "pod/kill-probe", "--timeout=120s"],
         None,

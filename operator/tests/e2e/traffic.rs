@@ -11,18 +11,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
+use nereid_operator::builders::service;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::env::Env;
 use crate::inference;
+use crate::wait::{self, LONG};
 
 /// Concurrent senders, each pausing between requests: a steady load that
 /// leaves the two cores to the servers and the control plane.
@@ -38,8 +40,16 @@ pub struct Tally {
     pub failed: u64,
     /// The first failures, verbatim.
     pub failures: Vec<String>,
-    /// Successful requests per pod IP.
-    pub served_by: BTreeMap<IpAddr, u64>,
+    /// Successful requests per pod (by name: a pod IP can be reused).
+    pub served_by: BTreeMap<String, u64>,
+}
+
+/// One ready endpoint of a Service's `http` port.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoint {
+    pub pod: String,
+    pub ip: IpAddr,
+    pub port: i32,
 }
 
 pub struct Traffic {
@@ -73,6 +83,15 @@ impl Traffic {
         tokio::time::timeout(Duration::from_secs(30), store.wait_until_ready())
             .await
             .context("the EndpointSlice watch did not sync within 30 s")??;
+        // A proxy with no endpoint refuses; so would the first requests here.
+        wait::until("a ready endpoint to send to", LONG, || async {
+            ensure!(
+                !ready_endpoints(store.state().iter().map(|s| &**s)).is_empty(),
+                "no ready endpoint yet"
+            );
+            Ok(())
+        })
+        .await?;
         let tally = Arc::new(Mutex::new(Tally::default()));
         let next = Arc::new(AtomicUsize::new(0));
         let senders = (0..SENDERS)
@@ -96,7 +115,7 @@ impl Traffic {
     }
 
     /// What has been seen so far.
-    pub async fn served_by(&self) -> BTreeMap<IpAddr, u64> {
+    pub async fn served_by(&self) -> BTreeMap<String, u64> {
         self.tally.lock().await.served_by.clone()
     }
 
@@ -111,15 +130,15 @@ impl Traffic {
     }
 }
 
-/// The ready endpoints' addresses and `http` ports, as a proxy would use them.
-fn ready_endpoints(store: &Store<EndpointSlice>) -> Vec<(IpAddr, i32)> {
+/// The ready endpoints of `slices` on their `http` port, as a proxy would use them.
+pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>) -> Vec<Endpoint> {
     let mut ready = Vec::new();
-    for slice in store.state() {
+    for slice in slices {
         let Some(port) = slice
             .ports
             .iter()
             .flatten()
-            .find(|p| p.name.as_deref() == Some("http"))
+            .find(|p| p.name.as_deref() == Some(service::HTTP))
             .and_then(|p| p.port)
         else {
             continue;
@@ -128,12 +147,21 @@ fn ready_endpoints(store: &Store<EndpointSlice>) -> Vec<(IpAddr, i32)> {
             if endpoint.conditions.as_ref().and_then(|c| c.ready) != Some(true) {
                 continue;
             }
+            let pod = endpoint
+                .target_ref
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default();
             ready.extend(
                 endpoint
                     .addresses
                     .iter()
                     .filter_map(|a| a.parse().ok())
-                    .map(|ip| (ip, port)),
+                    .map(|ip| Endpoint {
+                        pod: pod.clone(),
+                        ip,
+                        port,
+                    }),
             );
         }
     }
@@ -142,7 +170,7 @@ fn ready_endpoints(store: &Store<EndpointSlice>) -> Vec<(IpAddr, i32)> {
 }
 
 async fn send(
-    store: Store<EndpointSlice>,
+    store: reflector::Store<EndpointSlice>,
     model: String,
     next: Arc<AtomicUsize>,
     tally: Arc<Mutex<Tally>>,
@@ -153,17 +181,19 @@ async fn send(
     let mut seed = sender * 100_000;
     while !stop.is_cancelled() {
         seed += 1;
-        let endpoints = ready_endpoints(&store);
+        let endpoints = ready_endpoints(store.state().iter().map(|s| &**s));
         let outcome = match endpoints.get(next.fetch_add(1, Ordering::Relaxed) % endpoints.len().max(1)) {
-            Some(&(ip, port)) => inference::add_sub(&http, ip, port, &model, seed).await.map(|()| ip),
+            Some(e) => inference::add_sub(&http, e.ip, e.port, &model, seed)
+                .await
+                .map(|()| e.pod.clone()),
             None => Err(anyhow::anyhow!("no ready endpoint")),
         };
         {
             let mut tally = tally.lock().await;
             match outcome {
-                Ok(ip) => {
+                Ok(pod) => {
                     tally.ok += 1;
-                    *tally.served_by.entry(ip).or_default() += 1;
+                    *tally.served_by.entry(pod).or_default() += 1;
                 }
                 Err(e) => {
                     tally.failed += 1;

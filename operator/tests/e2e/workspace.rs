@@ -15,8 +15,9 @@ const IMAGE_PROGRAMS: &[&str] = &["nereid-server", "nereid-fetch", "nereid-opera
 /// The pod range of the suite's cluster.
 pub const POD_CIDR: &str = "10.244.0.0/16";
 
-/// The process nodes' programs and the S3 endpoint, ready to start.
-pub fn serving(repo: &Path) -> Result<Serving> {
+/// The process nodes' programs and the S3 endpoint, ready to start;
+/// `build` brings the workspace's binaries up to date first.
+pub fn serving(repo: &Path, build: bool) -> Result<Serving> {
     // The image's ONNX Runtime: the library scripts/setup.sh installs and
     // names (the process node passes it on to the pods, as the image's ENV).
     let ort = std::env::var_os("ORT_DYLIB_PATH")
@@ -35,7 +36,7 @@ pub fn serving(repo: &Path) -> Result<Serving> {
         );
     }
     Ok(Serving {
-        workspace_bin: binaries()?,
+        workspace_bin: binaries(build)?,
         moto,
         pod_cidr: POD_CIDR,
     })
@@ -48,12 +49,12 @@ pub fn serving(repo: &Path) -> Result<Serving> {
 /// nereid-operator --test e2e`, cargo would not have built the server and
 /// the process node, or would leave them stale. The same command and
 /// profile as the README's, so the features (and the artifacts) are the same.
-fn binaries() -> Result<PathBuf> {
+fn binaries(build: bool) -> Result<PathBuf> {
     let dir = Path::new(env!("CARGO_BIN_EXE_nereid-operator"))
         .parent()
         .context("the target folder")?
         .to_path_buf();
-    if let Some(cargo) = std::env::var_os("CARGO") {
+    if let Some(cargo) = std::env::var_os("CARGO").filter(|_| build) {
         let status = Command::new(cargo)
             .args(["test", "--workspace", "--no-run", "--locked", "--quiet"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
