@@ -14,14 +14,14 @@ mod server;
 mod source;
 mod status;
 
-pub use autoscaling::{Autoscaling, AutoscalingMetric};
+pub use autoscaling::{Autoscaling, AutoscalingMetric, TargetKind};
 pub use config::{DynamicBatching, InstanceGroup, InstanceKind, ModelConfigOverride};
 pub use network::ModelNetworkPolicy;
 pub use resources::ModelResources;
 pub use scheduling::Scheduling;
 pub use server::{RepositoryApi, ServerPorts, ServerSpec, ServerTls};
 pub use source::{ModelSource, VersionPolicy};
-pub use status::{Endpoints, Failure, InferenceModelStatus};
+pub use status::{AutoscalingStatus, Endpoints, Failure, InferenceModelStatus};
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};

@@ -2,11 +2,14 @@
 //! they configure.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 
+use crate::autoscaling::scraper::ScrapeSettings;
 use crate::context::OperatorConfig;
+use crate::external_metrics::ServeSettings;
 
 /// The Nereid Kubernetes operator.
 #[derive(Debug, Parser)]
@@ -32,6 +35,58 @@ pub struct Args {
 
     #[command(flatten)]
     pub election: ElectionArgs,
+
+    #[command(flatten)]
+    pub autoscaling: AutoscalingArgs,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Autoscaling")]
+pub struct AutoscalingArgs {
+    /// Seconds between two scrapes of every ready serving pod's /metrics.
+    #[arg(long, env = "NEREID_SCRAPE_INTERVAL_SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub scrape_interval_secs: u64,
+
+    /// Seconds a pod has to answer a scrape before it is left out of the round.
+    #[arg(long, env = "NEREID_SCRAPE_TIMEOUT_SECS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub scrape_timeout_secs: u64,
+
+    /// The sliding window queue time and inference rate are averaged over, in seconds.
+    #[arg(long, env = "NEREID_METRICS_WINDOW_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub metrics_window_secs: u64,
+
+    /// Where the external metrics API (external.metrics.k8s.io, over TLS)
+    /// is served; not served when absent.
+    #[arg(long, env = "NEREID_EXTERNAL_METRICS_ADDRESS", requires_all = ["external_metrics_cert", "external_metrics_key"])]
+    pub external_metrics_address: Option<SocketAddr>,
+
+    /// The external metrics API's serving certificate (PEM), the one the
+    /// APIService's caBundle vouches for.
+    #[arg(long, env = "NEREID_EXTERNAL_METRICS_CERT")]
+    pub external_metrics_cert: Option<PathBuf>,
+
+    /// Its private key (PEM).
+    #[arg(long, env = "NEREID_EXTERNAL_METRICS_KEY")]
+    pub external_metrics_key: Option<PathBuf>,
+}
+
+impl AutoscalingArgs {
+    pub fn scrape_settings(&self) -> ScrapeSettings {
+        ScrapeSettings {
+            interval: Duration::from_secs(self.scrape_interval_secs),
+            timeout: Duration::from_secs(self.scrape_timeout_secs),
+            window: Duration::from_secs(self.metrics_window_secs),
+        }
+    }
+
+    /// Where and how to serve the external metrics API, when asked to.
+    pub fn external_metrics(&self) -> Option<ServeSettings> {
+        Some(ServeSettings {
+            address: self.external_metrics_address?,
+            cert: self.external_metrics_cert.clone()?,
+            key: self.external_metrics_key.clone()?,
+        })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -112,5 +167,25 @@ mod tests {
             parse(&["--watch-namespaces", "b, a,b,"]).watched_namespaces(),
             Some(vec!["a".to_string(), "b".to_string()])
         );
+    }
+
+    #[test]
+    fn the_external_metrics_api_needs_its_certificate() {
+        assert!(parse(&[]).autoscaling.external_metrics().is_none());
+        let args = ["--external-metrics-address", "0.0.0.0:6443"];
+        assert!(Args::try_parse_from(std::iter::once("nereid-operator").chain(args)).is_err());
+        let args = parse(&[
+            "--external-metrics-address",
+            "0.0.0.0:6443",
+            "--external-metrics-cert",
+            "/tls/tls.crt",
+            "--external-metrics-key",
+            "/tls/tls.key",
+        ]);
+        assert_eq!(
+            args.autoscaling.external_metrics().unwrap().cert,
+            PathBuf::from("/tls/tls.crt")
+        );
+        assert_eq!(args.autoscaling.scrape_settings().window, Duration::from_secs(30));
     }
 }

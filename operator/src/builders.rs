@@ -11,15 +11,18 @@
 //! - [`service`]: the in-cluster HTTP, gRPC and metrics endpoints.
 //! - [`pdb`]: the disruption budget that keeps voluntary evictions gentle.
 //! - [`network_policy`]: who may reach the pods, when the spec says.
+//! - [`hpa`]: the HorizontalPodAutoscaler, when the spec asks for autoscaling.
 
 pub mod config_map;
 pub mod deployment;
+pub mod hpa;
 pub mod labels;
 pub mod network_policy;
 pub mod pdb;
 pub mod service;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -37,6 +40,8 @@ pub struct Desired {
     pub pdb: PodDisruptionBudget,
     /// `None` when the spec asks for none (an existing one is then deleted).
     pub network_policy: Option<NetworkPolicy>,
+    /// `None` without `spec.autoscaling` (an existing one is then deleted).
+    pub hpa: Option<HorizontalPodAutoscaler>,
 }
 
 /// Builds every object of `model`. The Deployment's pod template carries the
@@ -49,6 +54,7 @@ pub fn desired(model: &InferenceModel, config: &OperatorConfig) -> Desired {
         service: service::service(model),
         pdb: pdb::pdb(model),
         network_policy: network_policy::network_policy(model),
+        hpa: hpa::hpa(model),
         config_map,
     }
 }

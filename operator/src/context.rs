@@ -1,15 +1,18 @@
-//! What every reconcile shares: the client, the metrics, the operator's
-//! settings and the event recorder.
+//! What every reconcile shares: the client, the metrics, the autoscaling
+//! figures, the operator's settings and the event recorder.
 
 use std::sync::Arc;
 
 use kube::runtime::events::Recorder;
 
+use crate::autoscaling::scraper::Board;
 use crate::metrics::Metrics;
 
 pub struct Context {
     pub client: kube::Client,
     pub metrics: Arc<Metrics>,
+    /// The latest per-model figures, for `status.autoscaling`.
+    pub board: Arc<Board>,
     pub config: OperatorConfig,
     pub recorder: Recorder,
 }

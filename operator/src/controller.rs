@@ -8,7 +8,8 @@
 //! 2. check that the credentials Secret exists (a missing one is a status
 //!    condition, not a reason to stop: the pods start once it appears);
 //! 3. build the desired objects ([`crate::builders`], pure);
-//! 4. server-side apply each of them with one field manager ([`apply`]);
+//! 4. server-side apply each of them with one field manager ([`apply`]),
+//!    except an HPA when another autoscaler already scales the pods;
 //! 5. list the model's pods and derive the status ([`crate::status`], pure),
 //!    asking one ready pod which versions it serves ([`loaded_versions`]);
 //! 6. write the status only when it changed, and tell about condition
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -110,9 +112,16 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
         None => None,
     };
 
-    // 3 and 4. Build and apply.
-    let desired = builders::desired(model, &ctx.config);
-    let deployment = apply::apply_all(&ctx.client, &namespace, model, desired, &ctx.config.field_manager).await?;
+    // 3 and 4. Build and apply; never a second HPA over pods another one scales.
+    let mut desired = builders::desired(model, &ctx.config);
+    let foreign = match &desired.hpa {
+        Some(_) => foreign_autoscaler(&ctx.client, &namespace, model).await?,
+        None => None,
+    };
+    if foreign.is_some() {
+        desired.hpa = None;
+    }
+    let applied = apply::apply_all(&ctx.client, &namespace, model, desired, &ctx.config.field_manager).await?;
 
     // 5. Observe.
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -122,7 +131,7 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
         .items;
     let mut status = status::derive_status(
         model,
-        Some(&deployment),
+        Some(&applied.deployment),
         &pods,
         secret_missing.as_deref(),
         &ctx.config.cluster_domain,
@@ -131,6 +140,12 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
     if let Some(versions) = loaded_versions::query(&pods, &name, service::ports(model).http).await {
         status.loaded_versions = versions;
     }
+    status.autoscaling = status::autoscaling::autoscaling_status(
+        model,
+        applied.hpa.as_ref(),
+        foreign.as_deref(),
+        ctx.board.get(&namespace, &name).as_ref(),
+    );
     let progressing = is_true(&status, PROGRESSING);
 
     // 6. Report.
@@ -144,6 +159,23 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
     } else {
         SETTLED_REQUEUE
     }))
+}
+
+/// The name of an HPA the model does not own that scales its pods (through
+/// the InferenceModel or its Deployment), if there is one.
+async fn foreign_autoscaler(
+    client: &kube::Client,
+    namespace: &str,
+    model: &InferenceModel,
+) -> Result<Option<String>, Error> {
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
+    let name = model.name_any();
+    let foreign = hpas.list(&ListParams::default()).await?.items.into_iter().find(|hpa| {
+        let target = &hpa.spec.scale_target_ref;
+        let ours = matches!(target.kind.as_str(), "InferenceModel" | "Deployment") && target.name == name;
+        ours && !apply::owned_by(&hpa.metadata, model)
+    });
+    Ok(foreign.map(|hpa| hpa.name_any()))
 }
 
 /// Patches the status subresource when `status` differs from the model's,
@@ -220,6 +252,7 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<String>, stop: Cancellation
         .owns(scoped::<Service>(&client, scope), managed.clone())
         .owns(scoped::<PodDisruptionBudget>(&client, scope), managed.clone())
         .owns(scoped::<NetworkPolicy>(&client, scope), managed.clone())
+        .owns(scoped::<HorizontalPodAutoscaler>(&client, scope), managed.clone())
         .watches(scoped::<Pod>(&client, scope), managed, |pod| {
             watches::model_of_pod(&pod)
         })

@@ -16,16 +16,20 @@
 //! - [`builders`]: pure functions from an InferenceModel to the objects it owns.
 //! - [`status`]: pure derivation of the status from the Deployment and the pods.
 //! - [`controller`]: the reconcile stages, the error policy and the watches.
+//! - [`autoscaling`]: the serving pods' metrics, scraped and turned into per-model figures.
+//! - [`external_metrics`]: those figures as `external.metrics.k8s.io`, for the HPA controller.
 //!
 //! Pure parts (builders, status, validation, event transitions) are tested on
 //! in-memory objects; the reconcile is tested against a mocked API server
 //! (`tests/reconcile.rs`) and is written to run unchanged against a real one.
 
 pub mod args;
+pub mod autoscaling;
 pub mod builders;
 pub mod context;
 pub mod controller;
 pub mod error;
+pub mod external_metrics;
 pub mod health;
 pub mod leader;
 pub mod metrics;

@@ -10,7 +10,11 @@ use clap::Parser;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use nereid_operator::args::Args;
+use nereid_operator::autoscaling::scraper::{self, Board};
 use nereid_operator::context::Context;
+use nereid_operator::external_metrics::api::{self, ApiState};
+use nereid_operator::external_metrics::requestheader::RequestHeaderConfig;
+use nereid_operator::external_metrics::{self, ServeSettings};
 use nereid_operator::leader::LeaderElector;
 use nereid_operator::metrics::Metrics;
 use nereid_operator::{controller, health};
@@ -65,6 +69,22 @@ async fn run(args: Args) -> Result<()> {
         stop.clone().cancelled_owned(),
     ));
 
+    // Every replica scrapes and serves the external metrics API, standbys
+    // included: the APIService's Service may send the API server to any.
+    let board = Arc::new(Board::default());
+    let scrape_task = tokio::spawn(scraper::run(
+        client.clone(),
+        args.watched_namespaces(),
+        args.autoscaling.scrape_settings(),
+        board.clone(),
+        metrics.clone(),
+        stop.clone(),
+    ));
+    let external_metrics_task = match args.autoscaling.external_metrics() {
+        Some(settings) => Some(start_external_metrics(&client, &args, settings, board.clone(), &stop).await?),
+        None => None,
+    };
+
     let identity = args.election.identity();
     let (leading_tx, mut leading) = tokio::sync::watch::channel(args.election.disable_leader_election);
     let election = if args.election.disable_leader_election {
@@ -93,6 +113,7 @@ async fn run(args: Args) -> Result<()> {
         let context = Arc::new(Context {
             client: client.clone(),
             metrics: metrics.clone(),
+            board: board.clone(),
             config: args.operator_config(),
             recorder: Recorder::new(
                 client.clone(),
@@ -126,11 +147,48 @@ async fn run(args: Args) -> Result<()> {
     if let Some(election) = election {
         let _ = election.await;
     }
+    let _ = scrape_task.await;
+    if let Some(task) = external_metrics_task {
+        let _ = task.await;
+    }
     let _ = health_task.await;
     if let Err(e) = outcome {
         bail!(e);
     }
     Ok(())
+}
+
+/// Reads the request-header settings, builds the TLS configuration and
+/// starts serving `external.metrics.k8s.io`. Asked for but impossible (no
+/// certificate, no request-header CA in the cluster) is an error at start,
+/// not an autoscaler that silently never gets a metric.
+async fn start_external_metrics(
+    client: &Client,
+    args: &Args,
+    settings: ServeSettings,
+    board: Arc<Board>,
+    stop: &CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let request_header = RequestHeaderConfig::load(client)
+        .await
+        .context("the external metrics API needs kube-apiserver's request-header settings")?;
+    let tls = external_metrics::tls_config(&settings, &request_header.client_ca)?;
+    let state = Arc::new(ApiState {
+        client: client.clone(),
+        board,
+        request_header,
+        window_secs: args.autoscaling.metrics_window_secs,
+    });
+    let listener = tokio::net::TcpListener::bind(settings.address)
+        .await
+        .with_context(|| format!("cannot listen on {} for the external metrics API", settings.address))?;
+    tracing::info!(address = %settings.address, "serving external.metrics.k8s.io");
+    let shutdown = stop.clone().cancelled_owned();
+    Ok(tokio::spawn(async move {
+        if let Err(error) = external_metrics::serve(listener, tls, api::router(state), shutdown).await {
+            tracing::error!(%error, "the external metrics API stopped");
+        }
+    }))
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -10,7 +10,9 @@
 //!
 //! - [`pods`]: reasons read from the pods (waiting reasons, scheduler messages).
 //! - [`conditions`]: setting conditions with Kubernetes' transition-time rules.
+//! - [`autoscaling`]: what the model's HPA and the scrapes of its pods say.
 
+pub mod autoscaling;
 pub mod conditions;
 pub mod pods;
 
@@ -132,6 +134,8 @@ pub fn derive_status(
         // operator does, this keeps whatever was there.
         loaded_versions: previous.loaded_versions,
         last_failure,
+        // Filled in by the controller, which has the HPA and the figures.
+        autoscaling: None,
     }
 }
 

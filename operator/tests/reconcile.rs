@@ -16,6 +16,7 @@ use kube::client::Body;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use nereid_crds::{InferenceModel, InferenceModelStatus};
+use nereid_operator::autoscaling::scraper::Board;
 use nereid_operator::context::Context;
 use nereid_operator::controller::{error_policy, reconcile};
 use nereid_operator::error::Error;
@@ -41,6 +42,7 @@ fn setup() -> (Arc<Context>, ApiServer) {
     let ctx = Context {
         client: client.clone(),
         metrics: Arc::new(Metrics::new()),
+        board: Arc::new(Board::default()),
         config: config(),
         recorder: Recorder::new(
             client,
@@ -71,6 +73,7 @@ fn status_body(code: u16, reason: &str, message: &str) -> Value {
 
 const MODEL_PATH: &str = "/apis/serving.nereid.dev/v1alpha1/namespaces/ml/inferencemodels/resnet";
 const POLICY_PATH: &str = "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/resnet";
+const HPA_PATH: &str = "/apis/autoscaling/v2/namespaces/ml/horizontalpodautoscalers/resnet";
 
 impl ApiServer {
     async fn next(&mut self, what: &str) -> (Request<Body>, SendResponse<Response<Body>>) {
@@ -105,11 +108,12 @@ impl ApiServer {
     }
 
     /// Expects the four owned objects, in order, then the look for a
-    /// NetworkPolicy the spec does not ask for (answered: there is none); the
+    /// NetworkPolicy and HPA the spec does not ask for (answered: there are none); the
     /// Deployment is answered with `deployment`.
     async fn expect_objects(&mut self, deployment: &Deployment) -> [Value; 4] {
         let objects = self.expect_applies(deployment).await;
-        self.expect_policy_lookup(None).await;
+        self.expect_lookup(POLICY_PATH, None).await;
+        self.expect_lookup(HPA_PATH, None).await;
         objects
     }
 
@@ -135,22 +139,18 @@ impl ApiServer {
         [config_map, sent_deployment, service, pdb]
     }
 
-    /// Expects the metadata read of the NetworkPolicy named like the model,
-    /// answered with `found` (the object's metadata) or 404.
-    async fn expect_policy_lookup(&mut self, found: Option<Value>) {
-        let (request, send) = self.next("the look for a NetworkPolicy to remove").await;
+    /// Expects the look for an optional object (a NetworkPolicy, an HPA)
+    /// the spec does not ask for, answered with its metadata or 404.
+    async fn expect_lookup(&mut self, path: &str, found: Option<Value>) {
+        let (request, send) = self.next(path).await;
         assert_eq!(request.method(), Method::GET);
-        assert_eq!(request.uri().path(), POLICY_PATH);
+        assert_eq!(request.uri().path(), path);
         match found {
             Some(metadata) => respond(send, StatusCode::OK, &metadata),
             None => respond(
                 send,
                 StatusCode::NOT_FOUND,
-                &status_body(
-                    404,
-                    "NotFound",
-                    "networkpolicies.networking.k8s.io \"resnet\" not found",
-                ),
+                &status_body(404, "NotFound", &format!("{path} not found")),
             ),
         }
     }
@@ -310,16 +310,19 @@ async fn only_a_network_policy_the_model_owns_is_removed() {
         applied.status = None;
         let (result, _) = run(m, move |mut api| async move {
             api.expect_applies(&applied).await;
-            api.expect_policy_lookup(Some(json!({
-                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                "metadata": {
-                    "name": "resnet", "namespace": "ml", "uid": "policy-uid",
-                    "ownerReferences": [{
-                        "apiVersion": "serving.nereid.dev/v1alpha1", "kind": "InferenceModel",
-                        "name": "resnet", "uid": owner, "controller": true,
-                    }],
-                },
-            })))
+            api.expect_lookup(
+                POLICY_PATH,
+                Some(json!({
+                    "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                    "metadata": {
+                        "name": "resnet", "namespace": "ml", "uid": "policy-uid",
+                        "ownerReferences": [{
+                            "apiVersion": "serving.nereid.dev/v1alpha1", "kind": "InferenceModel",
+                            "name": "resnet", "uid": owner, "controller": true,
+                        }],
+                    },
+                })),
+            )
             .await;
             if removed {
                 let (request, send) = api.next("the NetworkPolicy removal").await;
@@ -333,6 +336,7 @@ async fn only_a_network_policy_the_model_owns_is_removed() {
                     &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
                 );
             }
+            api.expect_lookup(HPA_PATH, None).await;
             api.expect_list_pods(&[]).await;
             api.expect_status().await;
             api.expect_events(4).await;

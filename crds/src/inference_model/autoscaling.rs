@@ -18,10 +18,12 @@ pub struct Autoscaling {
     /// Most replicas (at least 1, and at least minReplicas).
     #[x_kube(validation = crate::rules::MAX_REPLICAS.cel())]
     pub max_replicas: i32,
-    /// The per-pod metric the HPA tracks.
+    /// The metric the HPA tracks, read by the operator from the serving pods.
     pub metric: AutoscalingMetric,
-    /// Target average value of the metric per pod, as a quantity string
-    /// (e.g. "500" microseconds of queue time, "2k" inferences per second).
+    /// The target, as a quantity string: the model's average for
+    /// queueTimeMicros and gpuUtilization (e.g. "500" microseconds of queue
+    /// time per request), the value per pod for pendingRequests and
+    /// inferenceRate (e.g. "2k" inferences per second per pod).
     #[schemars(length(min = 1, max = 64))]
     #[x_kube(validation = crate::rules::TARGET_QUANTITY.cel())]
     pub target: String,
@@ -43,4 +45,51 @@ pub enum AutoscalingMetric {
     InferenceRate,
     /// GPU utilization percent (0-100) of the pod's GPUs.
     GpuUtilization,
+}
+
+/// How an HPA compares a metric with its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TargetKind {
+    /// The figure is already per request or per pod (an average): the HPA
+    /// scales by figure / target (`target.type: Value`).
+    Value,
+    /// The figure is a total over the pods: the HPA divides it by the target
+    /// to get the replicas (`target.type: AverageValue`).
+    AverageValue,
+}
+
+impl AutoscalingMetric {
+    /// Every metric, in the order the external metrics API lists them.
+    pub const ALL: [AutoscalingMetric; 4] = [
+        AutoscalingMetric::QueueTimeMicros,
+        AutoscalingMetric::PendingRequests,
+        AutoscalingMetric::InferenceRate,
+        AutoscalingMetric::GpuUtilization,
+    ];
+
+    /// The metric's name in the external metrics API (with a `model` label
+    /// naming the InferenceModel) and on the operator's /metrics.
+    pub fn external_name(self) -> &'static str {
+        match self {
+            AutoscalingMetric::QueueTimeMicros => "nereid_queue_time_microseconds",
+            AutoscalingMetric::PendingRequests => "nereid_pending_requests",
+            AutoscalingMetric::InferenceRate => "nereid_inference_rate",
+            AutoscalingMetric::GpuUtilization => "nereid_gpu_utilization_percent",
+        }
+    }
+
+    /// The metric with this external name.
+    pub fn from_external_name(name: &str) -> Option<AutoscalingMetric> {
+        AutoscalingMetric::ALL.into_iter().find(|m| m.external_name() == name)
+    }
+
+    /// Queue time and GPU utilisation are averages over the model's requests
+    /// and GPUs; pending requests and inference rate are totals over its
+    /// pods, so the target is per pod.
+    pub fn target_kind(self) -> TargetKind {
+        match self {
+            AutoscalingMetric::QueueTimeMicros | AutoscalingMetric::GpuUtilization => TargetKind::Value,
+            AutoscalingMetric::PendingRequests | AutoscalingMetric::InferenceRate => TargetKind::AverageValue,
+        }
+    }
 }

@@ -32,6 +32,38 @@ pub struct InferenceModelStatus {
     /// The most recent failure seen (image pull, crash, load, scheduling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<Failure>,
+    /// Where autoscaling stands, when `spec.autoscaling` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
+}
+
+/// What the model's HorizontalPodAutoscaler and the operator's metrics show.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscalingStatus {
+    /// The HorizontalPodAutoscaler the operator owns for this model; absent
+    /// when it made none (another autoscaler already targets the pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizontal_pod_autoscaler: Option<String>,
+    /// The external metric the HPA reads (e.g. `nereid_queue_time_microseconds`).
+    pub metric: String,
+    /// The metric's value at the HPA's last read, as a quantity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_value: Option<String>,
+    /// The replicas the HPA last asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// Ready serving pods whose /metrics answered at the operator's last scrape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_scraped: Option<i32>,
+    /// Why the model is not scaling, when it is not: the HPA's AbleToScale or
+    /// ScalingActive reason (e.g. `FailedGetExternalMetric`), or the operator's
+    /// own (`ForeignAutoscaler`, `NoPodMetrics`). Absent while all is well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The human-readable side of `reason`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// In-cluster addresses of a model's Service.

@@ -11,7 +11,9 @@ use std::fmt::Debug;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use nereid_crds::{InferenceModel, InferenceModelStatus};
@@ -21,18 +23,25 @@ use serde::de::DeserializeOwned;
 use crate::builders::Desired;
 use crate::error::Error;
 
+/// What the API server holds after [`apply_all`], with the status the
+/// reconcile reports from.
+pub struct Applied {
+    pub deployment: Deployment,
+    pub hpa: Option<HorizontalPodAutoscaler>,
+}
+
 /// Applies every desired object of `model`, the ConfigMap first (the pods
-/// mount it), and returns the Deployment as the API server now has it (with
-/// its status). A NetworkPolicy the spec no longer asks for is removed: unlike
-/// the other objects it is optional, so the garbage collector cannot be left
-/// to it.
+/// mount it), and returns the Deployment and HPA as the API server now has
+/// them (with their status). A NetworkPolicy or HPA the spec no longer asks
+/// for is removed: unlike the other objects they are optional, so the
+/// garbage collector cannot be left to it.
 pub async fn apply_all(
     client: &Client,
     namespace: &str,
     model: &InferenceModel,
     desired: Desired,
     field_manager: &str,
-) -> Result<Deployment, Error> {
+) -> Result<Applied, Error> {
     apply(client, namespace, &desired.config_map, field_manager).await?;
     let deployment = apply(client, namespace, &desired.deployment, field_manager).await?;
     apply(client, namespace, &desired.service, field_manager).await?;
@@ -41,26 +50,31 @@ pub async fn apply_all(
         Some(policy) => {
             apply(client, namespace, policy, field_manager).await?;
         }
-        None => remove_network_policy(client, namespace, model).await?,
+        None => remove_owned::<NetworkPolicy>(client, namespace, model).await?,
     }
-    Ok(deployment)
+    let hpa = match &desired.hpa {
+        Some(hpa) => Some(apply(client, namespace, hpa, field_manager).await?),
+        None => {
+            remove_owned::<HorizontalPodAutoscaler>(client, namespace, model).await?;
+            None
+        }
+    };
+    Ok(Applied { deployment, hpa })
 }
 
-/// Deletes the model's NetworkPolicy if there is one and the model owns it:
-/// a policy of the same name that someone else made is not ours to remove.
-/// The UID precondition keeps a policy replaced in between safe too.
-async fn remove_network_policy(client: &Client, namespace: &str, model: &InferenceModel) -> Result<(), Error> {
-    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), namespace);
-    let Some(found) = policies.get_metadata_opt(&model.name_any()).await? else {
+/// Deletes the object of kind `K` named like the model if there is one and
+/// the model owns it: an object of the same name that someone else made is
+/// not ours to remove. The UID precondition keeps one replaced in between
+/// safe too.
+async fn remove_owned<K>(client: &Client, namespace: &str, model: &InferenceModel) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let Some(found) = api.get_metadata_opt(&model.name_any()).await? else {
         return Ok(());
     };
-    let owned = found
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| Some(&owner.uid) == model.metadata.uid.as_ref() && owner.controller == Some(true));
-    if !owned {
+    if !owned_by(&found.metadata, model) {
         return Ok(());
     }
     let params = DeleteParams {
@@ -70,12 +84,20 @@ async fn remove_network_policy(client: &Client, namespace: &str, model: &Inferen
         }),
         ..DeleteParams::default()
     };
-    match policies.delete(&model.name_any(), &params).await {
+    match api.delete(&model.name_any(), &params).await {
         Ok(_) => Ok(()),
         // Gone, or replaced by another object, since it was read.
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether `model` is the controller owner of the object with `meta`.
+pub fn owned_by(meta: &ObjectMeta, model: &InferenceModel) -> bool {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .any(|owner| Some(&owner.uid) == model.metadata.uid.as_ref() && owner.controller == Some(true))
 }
 
 /// Server-side applies one namespaced object.
