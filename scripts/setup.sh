@@ -30,6 +30,13 @@ if ! command -v ip >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
 fi
 
+# The e2e autoscaling scenario calls the operator's external metrics API as
+# kube-apiserver's front proxy would, with curl and the front-proxy certificate.
+if ! command -v curl >/dev/null 2>&1; then
+    echo "setup: installing curl" >&2
+    apt-get update -qq && apt-get install -y -qq curl >/dev/null
+fi
+
 # Reinstall only when the requirements change.
 stamp="$venv/.requirements.sha256"
 want=$(sha256sum "$repo/tests/requirements.txt" | cut -d' ' -f1)

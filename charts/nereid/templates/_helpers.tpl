@@ -89,3 +89,14 @@ the Deployment, which every install renders.
 {{- fail (printf "replicaCount is %d but leaderElection.enabled is false: without a lease every replica would reconcile the same models at once. Enable leader election or set replicaCount to 1." (int .Values.replicaCount)) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The external metrics API's Service, and the Secret of its serving certificate.
+*/}}
+{{- define "nereid.externalMetricsName" -}}
+{{- printf "%s-external-metrics" (include "nereid.operatorName" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "nereid.externalMetricsSecret" -}}
+{{- default (printf "%s-tls" (include "nereid.externalMetricsName" .)) .Values.externalMetrics.tls.secretName }}
+{{- end }}
