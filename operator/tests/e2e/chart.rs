@@ -27,7 +27,8 @@ pub fn values(env: &Env) -> Result<std::path::PathBuf> {
             "serverImage:\n  repository: {repository}\n  tag: {tag}\nleaderElection:\n  \
              leaseDurationSeconds: {LEASE_DURATION_SECS}\nlogLevel: info,nereid_operator=debug\n\
              nodeSelector:\n  nereid.dev/process-node: \"true\"\ntolerations:\n\
-             - key: nereid.dev/process-node\n  operator: Exists\n  effect: NoSchedule\n"
+             - key: nereid.dev/process-node\n  operator: Exists\n  effect: NoSchedule\n\
+             autoscaling:\n  scrapeIntervalSeconds: 1\n  windowSeconds: 5\n"
         ),
     )?;
     Ok(path)

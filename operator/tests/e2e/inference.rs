@@ -70,3 +70,37 @@ pub async fn add_sub(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str,
     );
     Ok(())
 }
+
+/// `examples/models/mlp_small`: FP32 [256] in, [256] out, batched.
+pub const MLP_FOLDER: &str = "examples/models/mlp_small";
+
+/// Infers with `model` (served from `mlp_small`) at `ip:port`, `rows` rows
+/// at once, and checks the answer's shape and that every value is finite.
+pub async fn mlp(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str, rows: usize) -> Result<()> {
+    let data: Vec<f32> = (0..rows * 256).map(|i| (i % 17) as f32 / 17.0).collect();
+    let request = json!({
+        "inputs": [{"name": "INPUT0", "shape": [rows, 256], "datatype": "FP32", "data": data}]
+    });
+    let url = format!("http://{ip}:{port}/v2/models/{model}/infer");
+    let response = http
+        .post(&url)
+        .json(&request)
+        .send()
+        .await
+        .with_context(|| format!("POST {url}"))?;
+    let status = response.status();
+    let body: Value = response.json().await.with_context(|| format!("the answer of {url}"))?;
+    ensure!(status.is_success(), "POST {url}: {status}: {body}");
+    let output = &body["outputs"][0];
+    ensure!(
+        output["name"] == "OUTPUT0" && output["datatype"] == "FP32" && output["shape"] == json!([rows, 256]),
+        "{url}: unexpected output {}",
+        output["shape"]
+    );
+    let values = output["data"].as_array().context("OUTPUT0 data")?;
+    ensure!(
+        values.len() == rows * 256 && values.iter().all(|v| v.as_f64().is_some_and(f64::is_finite)),
+        "{url}: OUTPUT0 is not {rows}x256 finite numbers"
+    );
+    Ok(())
+}

@@ -23,6 +23,7 @@
 //! runs the matching scenarios only (the chart and the operator are always
 //! set up), and a filter that matches none starts nothing.
 
+mod autoscaling;
 mod chart;
 mod cluster;
 mod env;
@@ -83,6 +84,9 @@ const SCENARIOS: &[(&str, Run)] = &[
     }),
     ("deleted_pod_under_load_is_replaced_and_serves", |env| {
         Box::pin(rollout::pod_deletion(env))
+    }),
+    ("hpa_scales_on_queue_time_through_the_external_metrics_api", |env| {
+        Box::pin(autoscaling::run(env))
     }),
     ("process_node_reports_what_it_cannot_run", |env| {
         Box::pin(process_node::run(env))

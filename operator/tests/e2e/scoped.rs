@@ -50,6 +50,9 @@ pub async fn run(env: &Env) -> Result<()> {
         values.to_str().unwrap_or_default(),
         "--set",
         "watchNamespaces={team-a}",
+        // The cluster has one external metrics provider: the first release.
+        "--set",
+        "externalMetrics.enabled=false",
         "--wait",
         "--timeout",
         "180s",

@@ -26,10 +26,32 @@ use crate::env::Env;
 use crate::inference;
 use crate::wait::{self, LONG};
 
-/// Concurrent senders, each pausing between requests: a steady load that
-/// leaves the two cores to the servers and the control plane.
-const SENDERS: usize = 2;
-const PAUSE: Duration = Duration::from_millis(20);
+/// How much traffic, and of what kind.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    /// Concurrent senders, each waiting for its answer before the next request.
+    pub senders: usize,
+    /// Each sender's pause between requests.
+    pub pause: Duration,
+    pub request: RequestKind,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum RequestKind {
+    /// `inference::add_sub` (the `simple` example).
+    AddSub,
+    /// `inference::mlp` with this many rows (the `mlp_small` example).
+    Mlp { rows: usize },
+}
+
+impl Load {
+    /// A steady load that leaves the two cores to the servers and the control plane.
+    pub const STEADY: Load = Load {
+        senders: 2,
+        pause: Duration::from_millis(20),
+        request: RequestKind::AddSub,
+    };
+}
 /// Failures kept verbatim for the report.
 const KEPT_FAILURES: usize = 10;
 
@@ -60,9 +82,14 @@ pub struct Traffic {
 }
 
 impl Traffic {
-    /// Starts sending to the ready endpoints of `service` in `namespace`
-    /// (its `http` port), once the endpoints are known.
+    /// Starts sending [`Load::STEADY`] to the ready endpoints of `service`
+    /// in `namespace` (its `http` port), once the endpoints are known.
     pub async fn start(env: &Env, namespace: &str, service: &str, model: &str) -> Result<Traffic> {
+        Self::start_with(env, namespace, service, model, Load::STEADY).await
+    }
+
+    /// Starts sending `load`, as [`Traffic::start`] does.
+    pub async fn start_with(env: &Env, namespace: &str, service: &str, model: &str, load: Load) -> Result<Traffic> {
         let api: Api<EndpointSlice> = Api::namespaced(env.client.clone(), namespace);
         let config = watcher::Config::default().labels(&format!("kubernetes.io/service-name={service}"));
         let (store, writer) = reflector::store();
@@ -94,9 +121,10 @@ impl Traffic {
         .await?;
         let tally = Arc::new(Mutex::new(Tally::default()));
         let next = Arc::new(AtomicUsize::new(0));
-        let senders = (0..SENDERS)
+        let senders = (0..load.senders)
             .map(|sender| {
                 tokio::spawn(send(
+                    load,
                     store.clone(),
                     model.to_string(),
                     Arc::clone(&next),
@@ -170,6 +198,7 @@ pub fn ready_endpoints<'a>(slices: impl IntoIterator<Item = &'a EndpointSlice>) 
 }
 
 async fn send(
+    load: Load,
     store: reflector::Store<EndpointSlice>,
     model: String,
     next: Arc<AtomicUsize>,
@@ -183,9 +212,11 @@ async fn send(
         seed += 1;
         let endpoints = ready_endpoints(store.state().iter().map(|s| &**s));
         let outcome = match endpoints.get(next.fetch_add(1, Ordering::Relaxed) % endpoints.len().max(1)) {
-            Some(e) => inference::add_sub(&http, e.ip, e.port, &model, seed)
-                .await
-                .map(|()| e.pod.clone()),
+            Some(e) => match load.request {
+                RequestKind::AddSub => inference::add_sub(&http, e.ip, e.port, &model, seed).await,
+                RequestKind::Mlp { rows } => inference::mlp(&http, e.ip, e.port, &model, rows).await,
+            }
+            .map(|()| e.pod.clone()),
             None => Err(anyhow::anyhow!("no ready endpoint")),
         };
         {
@@ -205,7 +236,7 @@ async fn send(
         }
         tokio::select! {
             () = stop.cancelled() => {}
-            () = tokio::time::sleep(PAUSE) => {}
+            () = tokio::time::sleep(load.pause) => {}
         }
     }
 }
