@@ -28,9 +28,11 @@ const MODEL: &str = "queued";
 const BUCKET: &str = "e2e-autoscaling";
 const CREDENTIALS: &str = "s3-credentials";
 const METRIC: &str = "nereid_queue_time_microseconds";
-/// The queue time the HPA aims for, in microseconds: the load below makes
-/// one pod exceed it many times over.
-const TARGET_MICROS: f64 = 1000.0;
+/// The queue time the HPA aims for, in microseconds. On the two-core CI
+/// machine the load below gives one pod about 1,600-1,750 µs and four pods
+/// about 900-1,000 µs (they share the cores, so each pod's executions slow
+/// down as pods are added): the target sits between, with room both ways.
+const TARGET_MICROS: f64 = 1250.0;
 const MAX_REPLICAS: i32 = 4;
 /// The HPA waits this long before scaling down (its behavior).
 const SCALE_DOWN_WINDOW_SECS: u64 = 10;
