@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // Paths relative to the package root; cargo watches directories recursively.
     println!("cargo:rerun-if-changed=inference");
     println!("cargo:rerun-if-changed=grpc");
+    println!("cargo:rerun-if-changed=keda");
 
     // `inference/` is searched first so the Triton files keep their upstream
     // descriptor names, `grpc_service.proto` and `model_config.proto` (and
@@ -23,6 +24,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         "inference/grpc_service.proto",
         "inference/model_config.proto",
         "grpc/health/v1/health.proto",
+        "keda/externalscaler.proto",
     ];
     let includes = ["inference", "."];
 

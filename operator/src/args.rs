@@ -68,6 +68,11 @@ pub struct AutoscalingArgs {
     /// Its private key (PEM).
     #[arg(long, env = "NEREID_EXTERNAL_METRICS_KEY")]
     pub external_metrics_key: Option<PathBuf>,
+
+    /// Where KEDA's External Scaler gRPC service is served (plaintext);
+    /// not served when absent.
+    #[arg(long, env = "NEREID_KEDA_SCALER_ADDRESS")]
+    pub keda_scaler_address: Option<SocketAddr>,
 }
 
 impl AutoscalingArgs {

@@ -18,6 +18,7 @@
 //! - [`controller`]: the reconcile stages, the error policy and the watches.
 //! - [`autoscaling`]: the serving pods' metrics, scraped and turned into per-model figures.
 //! - [`external_metrics`]: those figures as `external.metrics.k8s.io`, for the HPA controller.
+//! - [`external_scaler`]: the same figures as KEDA's External Scaler gRPC service.
 //!
 //! Pure parts (builders, status, validation, event transitions) are tested on
 //! in-memory objects; the reconcile is tested against a mocked API server
@@ -30,6 +31,7 @@ pub mod context;
 pub mod controller;
 pub mod error;
 pub mod external_metrics;
+pub mod external_scaler;
 pub mod health;
 pub mod leader;
 pub mod metrics;

@@ -15,6 +15,7 @@ use nereid_operator::context::Context;
 use nereid_operator::external_metrics::api::{self, ApiState};
 use nereid_operator::external_metrics::requestheader::RequestHeaderConfig;
 use nereid_operator::external_metrics::{self, ServeSettings};
+use nereid_operator::external_scaler::Scaler;
 use nereid_operator::leader::LeaderElector;
 use nereid_operator::metrics::Metrics;
 use nereid_operator::{controller, health};
@@ -84,6 +85,10 @@ async fn run(args: Args) -> Result<()> {
         Some(settings) => Some(start_external_metrics(&client, &args, settings, board.clone(), &stop).await?),
         None => None,
     };
+    let keda_task = match args.autoscaling.keda_scaler_address {
+        Some(address) => Some(start_keda_scaler(address, &args, board.clone(), &stop).await?),
+        None => None,
+    };
 
     let identity = args.election.identity();
     let (leading_tx, mut leading) = tokio::sync::watch::channel(args.election.disable_leader_election);
@@ -148,7 +153,7 @@ async fn run(args: Args) -> Result<()> {
         let _ = election.await;
     }
     let _ = scrape_task.await;
-    if let Some(task) = external_metrics_task {
+    for task in [external_metrics_task, keda_task].into_iter().flatten() {
         let _ = task.await;
     }
     let _ = health_task.await;
@@ -187,6 +192,30 @@ async fn start_external_metrics(
     Ok(tokio::spawn(async move {
         if let Err(error) = external_metrics::serve(listener, tls, api::router(state), shutdown).await {
             tracing::error!(%error, "the external metrics API stopped");
+        }
+    }))
+}
+
+/// Starts serving KEDA's External Scaler protocol on `address`.
+async fn start_keda_scaler(
+    address: std::net::SocketAddr,
+    args: &Args,
+    board: Arc<Board>,
+    stop: &CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address} for KEDA's External Scaler service"))?;
+    tracing::info!(%address, "serving KEDA's External Scaler protocol");
+    let scaler = Scaler::new(board, args.autoscaling.scrape_settings().interval);
+    let shutdown = stop.clone().cancelled_owned();
+    Ok(tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(scaler.into_service())
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "KEDA's External Scaler service stopped");
         }
     }))
 }

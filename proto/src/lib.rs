@@ -10,6 +10,7 @@
 //! | [`inference::grpc_inference_service_client`] | service `inference.GRPCInferenceService` (client) | `inference/grpc_service.proto` |
 //! | [`health::v1`] | `grpc.health.v1` | `grpc/health/v1/health.proto` |
 //! | [`health::v1::health_server`], [`health::v1::health_client`] | service `grpc.health.v1.Health` | `grpc/health/v1/health.proto` |
+//! | [`keda`], [`keda::external_scaler_server`], [`keda::external_scaler_client`] | `externalscaler` (KEDA's External Scaler) | `keda/externalscaler.proto` |
 //! | [`FILE_DESCRIPTOR_SET`], [`descriptor_pool`] | all of the above, for `prost-reflect` | |
 //!
 //! The `inference` package matches Triton Inference Server's gRPC protocol
@@ -28,6 +29,13 @@ pub mod datatype;
 
 pub mod inference {
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
+}
+
+/// KEDA's External Scaler protocol (proto package `externalscaler`), which
+/// the operator serves for ScaledObjects with an `external` trigger.
+#[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs, rustdoc::all)]
+pub mod keda {
+    include!(concat!(env!("OUT_DIR"), "/externalscaler.rs"));
 }
 
 /// The standard gRPC health checking protocol (proto package
