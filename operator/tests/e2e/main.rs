@@ -40,6 +40,7 @@ mod rollout;
 mod s3;
 mod scaling;
 mod scoped;
+mod scrape_cost;
 mod serving;
 mod simple_model;
 mod teardown;
@@ -102,6 +103,12 @@ const SCENARIOS: &[(&str, Run)] = &[
     }),
 ];
 
+/// Measurements: they assert nothing about the product and run only when
+/// the filter names them.
+const MEASUREMENTS: &[(&str, Run)] = &[("measure_operator_scraping_20_pods", |env| {
+    Box::pin(scrape_cost::run(env))
+})];
+
 /// The control plane binaries the suite needs.
 const TOOLS: &[&str] = &[
     "etcd",
@@ -131,10 +138,15 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let selected: Vec<_> = SCENARIOS
+    let mut selected: Vec<_> = SCENARIOS
         .iter()
         .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
         .collect();
+    selected.extend(
+        MEASUREMENTS
+            .iter()
+            .filter(|(name, _)| filter.as_deref().is_some_and(|f| name.contains(f))),
+    );
     if selected.is_empty() {
         println!("running 0 tests (no e2e scenario matches the filter)");
         return ExitCode::SUCCESS;

@@ -123,7 +123,7 @@ pub async fn leader_and_standbys(
 
 /// The operator process of pod `pod`: the process node gives each
 /// container `POD_NAME` from the downward API, as the chart asks.
-fn process_of_pod(pod: &str) -> Result<u32> {
+pub fn process_of_pod(pod: &str) -> Result<u32> {
     let wanted = format!("POD_NAME={pod}");
     procfs::all()
         .into_iter()
