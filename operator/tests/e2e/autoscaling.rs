@@ -15,6 +15,9 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Api;
 use serde_json::Value;
 
+use nereid_operator::builders::service;
+
+use crate::adapter_rules;
 use crate::env::{Env, OPERATOR_NAMESPACE};
 use crate::inference::MLP_FOLDER;
 use crate::models::{self, ON_PROCESS_NODES, SMALL_CPU};
@@ -111,6 +114,11 @@ pub async fn run(env: &Env) -> Result<()> {
         },
     )
     .await;
+    // While the pods serve: the chart's prometheus-adapter rules on their real series.
+    let scaled = match scaled {
+        Ok(replicas) => adapter_rules_on_a_pod(env).await.map(|()| replicas),
+        Err(error) => Err(error),
+    };
     let replicas = match scaled {
         Ok(replicas) => replicas,
         Err(error) => {
@@ -203,6 +211,18 @@ pub async fn run(env: &Env) -> Result<()> {
     );
     models::apply(env, NAMESPACE, &manifest(false).replace("replicas: 2", "replicas: 1")).await?;
     Ok(())
+}
+
+/// Checks the chart's prometheus-adapter rules against one serving pod.
+async fn adapter_rules_on_a_pod(env: &Env) -> Result<()> {
+    let model = models::get(env, NAMESPACE, MODEL).await?;
+    let pod = models::pods(env, NAMESPACE, MODEL)
+        .await?
+        .into_iter()
+        .find(models::running_and_ready)
+        .context("no ready pod")?;
+    let address = (models::pod_ip(&pod)?, service::ports(&model).metrics);
+    adapter_rules::check(env, NAMESPACE, MODEL, address, Duration::from_secs(3)).await
 }
 
 /// The APIService the chart registered, Available (kube-apiserver reached

@@ -23,6 +23,7 @@
 //! runs the matching scenarios only (the chart and the operator are always
 //! set up), and a filter that matches none starts nothing.
 
+mod adapter_rules;
 mod autoscaling;
 mod chart;
 mod cluster;
