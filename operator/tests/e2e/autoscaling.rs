@@ -16,6 +16,8 @@ use kube::Api;
 use serde_json::Value;
 
 use nereid_operator::builders::service;
+use nereid_proto::keda::external_scaler_client::ExternalScalerClient;
+use nereid_proto::keda::{GetMetricsRequest, ScaledObjectRef};
 
 use crate::adapter_rules;
 use crate::env::{Env, OPERATOR_NAMESPACE};
@@ -114,9 +116,13 @@ pub async fn run(env: &Env) -> Result<()> {
         },
     )
     .await;
-    // While the pods serve: the chart's prometheus-adapter rules on their real series.
+    // While the pods serve: the chart's prometheus-adapter rules on their
+    // real series, and KEDA's protocol against the operator.
     let scaled = match scaled {
-        Ok(replicas) => adapter_rules_on_a_pod(env).await.map(|()| replicas),
+        Ok(replicas) => match adapter_rules_on_a_pod(env).await {
+            Ok(()) => keda_sees(env, true).await.map(|()| replicas),
+            Err(error) => Err(error),
+        },
         Err(error) => Err(error),
     };
     let replicas = match scaled {
@@ -210,6 +216,55 @@ pub async fn run(env: &Env) -> Result<()> {
         "nothing scales the model back down once autoscaling is off"
     );
     models::apply(env, NAMESPACE, &manifest(false).replace("replicas: 2", "replicas: 1")).await?;
+    Ok(())
+}
+
+/// KEDA's External Scaler protocol, as KEDA calls it, against an operator
+/// pod: the trigger's metric spec, the live value, and whether the model is
+/// `active` (has work).
+async fn keda_sees(env: &Env, active: bool) -> Result<()> {
+    let replica = operator::replicas(env, OPERATOR_NAMESPACE, crate::env::RELEASE)
+        .await?
+        .into_iter()
+        .next()
+        .context("no operator pod")?;
+    let mut client = ExternalScalerClient::connect(format!("http://{}:9090", replica.ip)).await?;
+    let scaled = ScaledObjectRef {
+        name: MODEL.into(),
+        namespace: NAMESPACE.into(),
+        scaler_metadata: [
+            ("metric".to_string(), "queueTimeMicros".to_string()),
+            ("target".to_string(), TARGET_MICROS.to_string()),
+        ]
+        .into(),
+    };
+    let seen = client.is_active(scaled.clone()).await?.into_inner().result;
+    ensure!(seen == active, "KEDA would be told active={seen}");
+    let spec = client.get_metric_spec(scaled.clone()).await?.into_inner();
+    ensure!(
+        spec.metric_specs.len() == 1
+            && spec.metric_specs[0].metric_name == METRIC
+            && spec.metric_specs[0].target_size_float == TARGET_MICROS,
+        "metric spec {spec:?}"
+    );
+    let values = client
+        .get_metrics(GetMetricsRequest {
+            scaled_object_ref: Some(scaled),
+            metric_name: format!("s0-{METRIC}"),
+        })
+        .await?
+        .into_inner();
+    let value = values.metric_values.first().context("no metric value")?;
+    ensure!(
+        value.metric_name == format!("s0-{METRIC}") && value.metric_value_float.is_finite(),
+        "metric value {value:?}"
+    );
+    if active {
+        println!(
+            "e2e: KEDA's GetMetrics from operator pod {}: {METRIC} {:.0} µs, active",
+            replica.name, value.metric_value_float
+        );
+    }
     Ok(())
 }
 

@@ -28,7 +28,7 @@ pub fn values(env: &Env) -> Result<std::path::PathBuf> {
              leaseDurationSeconds: {LEASE_DURATION_SECS}\nlogLevel: info,nereid_operator=debug\n\
              nodeSelector:\n  nereid.dev/process-node: \"true\"\ntolerations:\n\
              - key: nereid.dev/process-node\n  operator: Exists\n  effect: NoSchedule\n\
-             autoscaling:\n  scrapeIntervalSeconds: 1\n  windowSeconds: 5\n"
+             autoscaling:\n  scrapeIntervalSeconds: 1\n  windowSeconds: 5\nkeda:\n  enabled: true\n"
         ),
     )?;
     Ok(path)
