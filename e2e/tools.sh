@@ -6,6 +6,7 @@
 #   etcd                                                               go.etcd.io/etcd/server/v3
 #   kwok                                                               sigs.k8s.io/kwok
 #   helm                                                               helm.sh/helm/v3
+#   keda-crds/ (KEDA's ScaledObject CRD, not KEDA itself)              github.com/kedacore/keda/v2
 #
 # Everything comes from the Go module proxy. k8s.io/kubernetes cannot be `go install`ed: its go.mod
 # requires its staging modules (k8s.io/api, k8s.io/client-go, ...) at v0.0.0 and replaces them with
@@ -25,6 +26,7 @@ KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3   # the etcd minor that Kubernetes 1.37's go.mod builds against
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+KEDA_VERSION=v2.21.0
 
 cache="${NEREID_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nereid-e2e}"
 bin="$cache/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-helm-$HELM_VERSION"
@@ -148,6 +150,21 @@ build_kwok() {
   finish "$out"
 }
 
+# The operator can make KEDA ScaledObjects; the e2e suite installs KEDA's own CRD for them (KEDA
+# itself does not run: it would replace the operator's external metrics APIService). The CRD is
+# a file in KEDA's module, copied from the module cache.
+fetch_keda_crds() {
+  local out="$cache/keda-$KEDA_VERSION"
+  built "$out" && return
+  log "fetching KEDA $KEDA_VERSION's ScaledObject CRD"
+  local module
+  module=$(cd "$cache" && go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$out.tmp/crds"
+  cp "$module/config/crd/bases/keda.sh_scaledobjects.yaml" "$out.tmp/crds/"
+  chmod u+w "$out.tmp/crds/"*
+  finish "$out"
+}
+
 finish() {
   touch "$1.tmp/.complete"
   rm -rf "$1" && mv "$1.tmp" "$1"
@@ -158,6 +175,7 @@ if [[ "${1:-}" == --installed ]]; then
     [[ -x "$bin/$tool" ]] || exit 1
   done
   [[ -d "$bin/kwok-stages" ]] || exit 1
+  [[ -d "$bin/keda-crds" ]] || exit 1
   echo "$bin"
   exit 0
 fi
@@ -171,6 +189,7 @@ go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/int
   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 \
   -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" -k8s-1.37
 build_kubernetes
+fetch_keda_crds
 
 mkdir -p "$bin"
 for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
@@ -180,4 +199,5 @@ ln -sf "$cache/etcd-$ETCD_VERSION/etcd" "$bin/etcd"
 ln -sf "$cache/kwok-$KWOK_VERSION/kwok" "$bin/kwok"
 ln -sfn "$cache/kwok-$KWOK_VERSION/stages" "$bin/kwok-stages"
 ln -sf "$cache/helm-$HELM_VERSION-k8s-1.37/helm" "$bin/helm"
+ln -sfn "$cache/keda-$KEDA_VERSION/crds" "$bin/keda-crds"
 echo "$bin"

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::autoscaling::scraper::ScrapeSettings;
-use crate::context::OperatorConfig;
+use crate::context::{Autoscaler, OperatorConfig};
 use crate::external_metrics::ServeSettings;
 
 /// The Nereid Kubernetes operator.
@@ -73,6 +73,23 @@ pub struct AutoscalingArgs {
     /// not served when absent.
     #[arg(long, env = "NEREID_KEDA_SCALER_ADDRESS")]
     pub keda_scaler_address: Option<SocketAddr>,
+
+    /// What spec.autoscaling becomes: an HPA on the operator's external
+    /// metrics, or a KEDA ScaledObject (KEDA must be installed).
+    #[arg(long, env = "NEREID_AUTOSCALER", value_enum, default_value_t = AutoscalerKind::Hpa,
+          requires_if("keda", "keda_scaler_service"))]
+    pub autoscaler: AutoscalerKind,
+
+    /// With `--autoscaler keda`: the address KEDA dials for the operator's
+    /// External Scaler service (`<service>.<namespace>:9090`).
+    #[arg(long, env = "NEREID_KEDA_SCALER_SERVICE")]
+    pub keda_scaler_service: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AutoscalerKind {
+    Hpa,
+    Keda,
 }
 
 impl AutoscalingArgs {
@@ -134,10 +151,18 @@ impl Args {
     }
 
     pub fn operator_config(&self) -> OperatorConfig {
+        let autoscaler = match (self.autoscaling.autoscaler, &self.autoscaling.keda_scaler_service) {
+            (AutoscalerKind::Keda, Some(address)) => Autoscaler::Keda {
+                scaler_address: address.clone(),
+            },
+            // clap refuses keda without the service address.
+            _ => Autoscaler::Hpa,
+        };
         OperatorConfig {
             server_image: self.server_image.clone(),
             field_manager: "nereid-operator".into(),
             cluster_domain: self.cluster_domain.clone(),
+            autoscaler,
         }
     }
 }
@@ -192,5 +217,24 @@ mod tests {
             PathBuf::from("/tls/tls.crt")
         );
         assert_eq!(args.autoscaling.scrape_settings().window, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn keda_needs_the_address_keda_dials() {
+        assert_eq!(parse(&[]).operator_config().autoscaler, Autoscaler::Hpa);
+        let args = ["--autoscaler", "keda"];
+        assert!(Args::try_parse_from(std::iter::once("nereid-operator").chain(args)).is_err());
+        let args = parse(&[
+            "--autoscaler",
+            "keda",
+            "--keda-scaler-service",
+            "op-keda.nereid-system:9090",
+        ]);
+        assert_eq!(
+            args.operator_config().autoscaler,
+            Autoscaler::Keda {
+                scaler_address: "op-keda.nereid-system:9090".into()
+            }
+        );
     }
 }

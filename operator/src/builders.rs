@@ -11,7 +11,8 @@
 //! - [`service`]: the in-cluster HTTP, gRPC and metrics endpoints.
 //! - [`pdb`]: the disruption budget that keeps voluntary evictions gentle.
 //! - [`network_policy`]: who may reach the pods, when the spec says.
-//! - [`hpa`]: the HorizontalPodAutoscaler, when the spec asks for autoscaling.
+//! - [`hpa`]: the HorizontalPodAutoscaler, when the spec asks for autoscaling,
+//!   or [`scaled_object`], KEDA's ScaledObject, with `--autoscaler keda`.
 
 pub mod config_map;
 pub mod deployment;
@@ -19,6 +20,7 @@ pub mod hpa;
 pub mod labels;
 pub mod network_policy;
 pub mod pdb;
+pub mod scaled_object;
 pub mod service;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -26,9 +28,10 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::DynamicObject;
 use nereid_crds::InferenceModel;
 
-use crate::context::OperatorConfig;
+use crate::context::{Autoscaler, OperatorConfig};
 
 /// Everything one InferenceModel turns into, in the order it is applied:
 /// the ConfigMap before the Deployment whose pods mount it.
@@ -40,8 +43,26 @@ pub struct Desired {
     pub pdb: PodDisruptionBudget,
     /// `None` when the spec asks for none (an existing one is then deleted).
     pub network_policy: Option<NetworkPolicy>,
-    /// `None` without `spec.autoscaling` (an existing one is then deleted).
-    pub hpa: Option<HorizontalPodAutoscaler>,
+    /// What scales the model.
+    pub autoscaler: AutoscalerObject,
+}
+
+/// The object `spec.autoscaling` becomes, by the operator's `--autoscaler`;
+/// `None` without `spec.autoscaling` (an existing one is then deleted).
+#[derive(Clone, Debug)]
+pub enum AutoscalerObject {
+    Hpa(Option<Box<HorizontalPodAutoscaler>>),
+    Keda(Option<Box<DynamicObject>>),
+}
+
+impl AutoscalerObject {
+    /// Whether the spec asks for autoscaling.
+    pub fn is_some(&self) -> bool {
+        match self {
+            AutoscalerObject::Hpa(hpa) => hpa.is_some(),
+            AutoscalerObject::Keda(object) => object.is_some(),
+        }
+    }
 }
 
 /// Builds every object of `model`. The Deployment's pod template carries the
@@ -54,7 +75,12 @@ pub fn desired(model: &InferenceModel, config: &OperatorConfig) -> Desired {
         service: service::service(model),
         pdb: pdb::pdb(model),
         network_policy: network_policy::network_policy(model),
-        hpa: hpa::hpa(model),
+        autoscaler: match &config.autoscaler {
+            Autoscaler::Hpa => AutoscalerObject::Hpa(hpa::hpa(model).map(Box::new)),
+            Autoscaler::Keda { scaler_address } => {
+                AutoscalerObject::Keda(scaled_object::scaled_object(model, scaler_address).map(Box::new))
+            }
+        },
         config_map,
     }
 }

@@ -26,6 +26,19 @@ pub struct OperatorConfig {
     pub field_manager: String,
     /// For the in-cluster addresses in `status.endpoints`.
     pub cluster_domain: String,
+    /// What `spec.autoscaling` turns into.
+    pub autoscaler: Autoscaler,
+}
+
+/// Who scales an autoscaled model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Autoscaler {
+    /// A HorizontalPodAutoscaler on the operator's external metrics.
+    #[default]
+    Hpa,
+    /// A KEDA ScaledObject whose external trigger calls the operator's
+    /// External Scaler service at this address (`host:port`, as KEDA dials it).
+    Keda { scaler_address: String },
 }
 
 impl Default for OperatorConfig {
@@ -34,6 +47,7 @@ impl Default for OperatorConfig {
             server_image: "nereid:latest".into(),
             field_manager: "nereid-operator".into(),
             cluster_domain: "cluster.local".into(),
+            autoscaler: Autoscaler::Hpa,
         }
     }
 }

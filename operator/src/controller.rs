@@ -45,7 +45,7 @@ use nereid_crds::conditions::PROGRESSING;
 use nereid_crds::{InferenceModel, InferenceModelStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::builders::{self, labels, service};
+use crate::builders::{self, AutoscalerObject, labels, service};
 use crate::context::Context;
 use crate::error::Error;
 use crate::status;
@@ -114,12 +114,16 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
 
     // 3 and 4. Build and apply; never a second HPA over pods another one scales.
     let mut desired = builders::desired(model, &ctx.config);
-    let foreign = match &desired.hpa {
-        Some(_) => foreign_autoscaler(&ctx.client, &namespace, model).await?,
-        None => None,
+    let keda = matches!(desired.autoscaler, AutoscalerObject::Keda(_));
+    let foreign = match desired.autoscaler.is_some() {
+        true => foreign_autoscaler(&ctx.client, &namespace, model, keda).await?,
+        false => None,
     };
     if foreign.is_some() {
-        desired.hpa = None;
+        desired.autoscaler = match desired.autoscaler {
+            AutoscalerObject::Hpa(_) => AutoscalerObject::Hpa(None),
+            AutoscalerObject::Keda(_) => AutoscalerObject::Keda(None),
+        };
     }
     let applied = apply::apply_all(&ctx.client, &namespace, model, desired, &ctx.config.field_manager).await?;
 
@@ -162,18 +166,25 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
 }
 
 /// The name of an HPA the model does not own that scales its pods (through
-/// the InferenceModel or its Deployment), if there is one.
+/// the InferenceModel or its Deployment), if there is one. With `keda`, the
+/// HPA KEDA made for the model's own ScaledObject is not foreign.
 async fn foreign_autoscaler(
     client: &kube::Client,
     namespace: &str,
     model: &InferenceModel,
+    keda: bool,
 ) -> Result<Option<String>, Error> {
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
     let name = model.name_any();
     let foreign = hpas.list(&ListParams::default()).await?.items.into_iter().find(|hpa| {
         let target = &hpa.spec.scale_target_ref;
         let ours = matches!(target.kind.as_str(), "InferenceModel" | "Deployment") && target.name == name;
-        ours && !apply::owned_by(&hpa.metadata, model)
+        let from_our_scaled_object = keda
+            && hpa
+                .owner_references()
+                .iter()
+                .any(|owner| owner.kind == "ScaledObject" && owner.name == name && owner.controller == Some(true));
+        ours && !apply::owned_by(&hpa.metadata, model) && !from_our_scaled_object
     });
     Ok(foreign.map(|hpa| hpa.name_any()))
 }

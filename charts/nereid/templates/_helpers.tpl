@@ -88,6 +88,9 @@ the Deployment, which every install renders.
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail (printf "replicaCount is %d but leaderElection.enabled is false: without a lease every replica would reconcile the same models at once. Enable leader election or set replicaCount to 1." (int .Values.replicaCount)) }}
 {{- end }}
+{{- if and (eq .Values.autoscaling.autoscaler "keda") (not .Values.keda.enabled) }}
+{{- fail "autoscaling.autoscaler is keda but keda.enabled is false: KEDA's triggers would call an External Scaler service that is not served. Set keda.enabled=true." }}
+{{- end }}
 {{- end }}
 
 {{/*

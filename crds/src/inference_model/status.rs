@@ -41,8 +41,9 @@ pub struct InferenceModelStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoscalingStatus {
-    /// The HorizontalPodAutoscaler the operator owns for this model; absent
-    /// when it made none (another autoscaler already targets the pods).
+    /// The HorizontalPodAutoscaler that scales this model: the operator's, or
+    /// the one KEDA made for the operator's ScaledObject; absent when there
+    /// is none (yet, or because another autoscaler already targets the pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub horizontal_pod_autoscaler: Option<String>,
     /// The external metric the HPA reads (e.g. `nereid_queue_time_microseconds`).

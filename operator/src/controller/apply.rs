@@ -20,7 +20,9 @@ use nereid_crds::{InferenceModel, InferenceModelStatus};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::builders::Desired;
+use kube::api::DynamicObject;
+
+use crate::builders::{AutoscalerObject, Desired, scaled_object};
 use crate::error::Error;
 
 /// What the API server holds after [`apply_all`], with the status the
@@ -50,29 +52,48 @@ pub async fn apply_all(
         Some(policy) => {
             apply(client, namespace, policy, field_manager).await?;
         }
-        None => remove_owned::<NetworkPolicy>(client, namespace, model).await?,
+        None => remove_owned(&Api::<NetworkPolicy>::namespaced(client.clone(), namespace), model).await?,
     }
-    let hpa = match &desired.hpa {
-        Some(hpa) => Some(apply(client, namespace, hpa, field_manager).await?),
-        None => {
-            remove_owned::<HorizontalPodAutoscaler>(client, namespace, model).await?;
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
+    let hpa = match &desired.autoscaler {
+        AutoscalerObject::Hpa(Some(hpa)) => Some(apply(client, namespace, &**hpa, field_manager).await?),
+        AutoscalerObject::Hpa(None) => {
+            remove_owned(&hpas, model).await?;
             None
+        }
+        AutoscalerObject::Keda(object) => {
+            // An HPA of ours from before the switch to KEDA would fight KEDA's.
+            remove_owned(&hpas, model).await?;
+            let resource = scaled_object::api_resource();
+            let objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+            match object {
+                Some(object) => {
+                    let params = PatchParams::apply(field_manager).force();
+                    objects.patch(&model.name_any(), &params, &Patch::Apply(object)).await?;
+                }
+                None => remove_owned(&objects, model).await?,
+            }
+            // The HPA KEDA made for it, which the status reports.
+            hpas.get_opt(&scaled_object::keda_hpa_name(model)).await?
         }
     };
     Ok(Applied { deployment, hpa })
 }
 
-/// Deletes the object of kind `K` named like the model if there is one and
+/// Deletes the object of `api` named like the model if there is one and
 /// the model owns it: an object of the same name that someone else made is
 /// not ours to remove. The UID precondition keeps one replaced in between
-/// safe too.
-async fn remove_owned<K>(client: &Client, namespace: &str, model: &InferenceModel) -> Result<(), Error>
+/// safe too. A kind the cluster does not serve (KEDA not installed) has
+/// nothing to remove either.
+async fn remove_owned<K>(api: &Api<K>, model: &InferenceModel) -> Result<(), Error>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + Debug + DeserializeOwned,
+    K: Resource + Clone + Debug + DeserializeOwned,
 {
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    let Some(found) = api.get_metadata_opt(&model.name_any()).await? else {
-        return Ok(());
+    let found = match api.get_metadata_opt(&model.name_any()).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
     };
     if !owned_by(&found.metadata, model) {
         return Ok(());

@@ -3,9 +3,15 @@
 //! told the same namespaces, reconcile their InferenceModels with those
 //! rights (their own token: nothing else is granted) and leave every other
 //! namespace alone.
+//!
+//! This release also runs with `autoscaling.autoscaler=keda`: an autoscaled
+//! model gets a ScaledObject (KEDA's own CRD is installed; KEDA itself does
+//! not run) whose external trigger calls the release's scaler Service, and
+//! no HPA of the operator's.
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use kube::Api;
 use kube::api::ListParams;
@@ -38,6 +44,15 @@ pub async fn run(env: &Env) -> Result<()> {
     .await?;
 
     env.namespace(NAMESPACE).await?;
+    let keda_crd = env.bin.join("keda-crds/keda.sh_scaledobjects.yaml");
+    env.kubectl([
+        "apply",
+        "--server-side",
+        "-f",
+        keda_crd.to_str().context("a UTF-8 path")?,
+    ])
+    .await
+    .context("installing KEDA's ScaledObject CRD")?;
     let chart = env.path("charts/nereid");
     let values = crate::chart::values(env)?;
     env.helm([
@@ -53,6 +68,10 @@ pub async fn run(env: &Env) -> Result<()> {
         // The cluster has one external metrics provider: the first release.
         "--set",
         "externalMetrics.enabled=false",
+        "--set",
+        "autoscaling.autoscaler=keda",
+        "--set",
+        "keda.enabled=true",
         "--wait",
         "--timeout",
         "180s",
@@ -123,6 +142,8 @@ pub async fn run(env: &Env) -> Result<()> {
         .get_opt("unwatched")
         .await?;
     ensure!(deployment.is_none(), "the unwatched model got a Deployment");
+    keda_scaled_object(env, &name).await?;
+
     // And nothing any replica tried was refused.
     for replica in operator::replicas(env, NAMESPACE, RELEASE).await? {
         let text = replica.metrics().await?;
@@ -132,5 +153,50 @@ pub async fn run(env: &Env) -> Result<()> {
             .collect();
         ensure!(errors.is_empty(), "reconcile errors in {}: {errors:?}", replica.name);
     }
+    Ok(())
+}
+
+/// An autoscaled model in the watched namespace becomes a ScaledObject that
+/// points KEDA at this release's External Scaler Service.
+async fn keda_scaled_object(env: &Env, operator_name: &str) -> Result<()> {
+    let autoscaling = "  autoscaling:\n    minReplicas: 1\n    maxReplicas: 3\n    metric: pendingRequests\n    \
+                       target: \"4\"\n";
+    let manifest = models::manifest_of(
+        "keda-scaled",
+        1,
+        "    uri: s3://e2e-models/keda-scaled\n",
+        models::SMALL_CPU,
+        autoscaling,
+    );
+    models::apply(env, WATCHED, &manifest).await?;
+    let object: serde_json::Value = wait::until("the model's ScaledObject", LONG, || async {
+        let json = env
+            .kubectl(["get", "scaledobject", "-n", WATCHED, "keda-scaled", "-o", "json"])
+            .await?;
+        Ok(serde_json::from_str(&json)?)
+    })
+    .await?;
+    let spec = &object["spec"];
+    let trigger = &spec["triggers"][0];
+    ensure!(
+        spec["scaleTargetRef"]["kind"] == "InferenceModel"
+            && spec["scaleTargetRef"]["name"] == "keda-scaled"
+            && spec["maxReplicaCount"] == 3
+            && trigger["type"] == "external"
+            && trigger["metricType"] == "AverageValue"
+            && trigger["metadata"]["scalerAddress"] == format!("{operator_name}-keda.{NAMESPACE}:9090")
+            && trigger["metadata"]["metric"] == "nereid_pending_requests"
+            && trigger["metadata"]["target"] == "4",
+        "ScaledObject {object}"
+    );
+    let owner = &object["metadata"]["ownerReferences"][0];
+    ensure!(
+        owner["kind"] == "InferenceModel" && owner["controller"] == true,
+        "owner {owner}"
+    );
+    let hpa = Api::<HorizontalPodAutoscaler>::namespaced(env.client.clone(), WATCHED)
+        .get_opt("keda-scaled")
+        .await?;
+    ensure!(hpa.is_none(), "the operator made an HPA too");
     Ok(())
 }

@@ -46,6 +46,7 @@ pub fn config() -> OperatorConfig {
         server_image: "ghcr.io/nereid/nereid:test".into(),
         field_manager: "nereid-operator".into(),
         cluster_domain: "cluster.local".into(),
+        autoscaler: Default::default(),
     }
 }
 
