@@ -254,6 +254,51 @@ mod tests {
         }
     }
 
+    /// A one-connection HTTP server on loopback that answers `response`
+    /// verbatim, or never answers when it is `None`.
+    async fn server(response: Option<String>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            match response {
+                Some(response) => stream.write_all(response.as_bytes()).await.unwrap(),
+                None => tokio::time::sleep(Duration::from_secs(30)).await,
+            }
+        });
+        format!("http://{address}/metrics")
+    }
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder()
+            .timeout(Duration::from_millis(300))
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_server_is_read_and_anything_else_is_an_error() {
+        let body = "nv_inference_count{model=\"m\",version=\"1\"} 7\n";
+        let ok = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+        let sample = fetch(&client(), &server(Some(ok)).await).await.unwrap();
+        assert_eq!(sample.inferences, 7.0);
+
+        let garbage = "HTTP/1.1 200 OK\r\ncontent-length: 14\r\n\r\n<html>no</html".to_string();
+        let error = fetch(&client(), &server(Some(garbage)).await).await.unwrap_err();
+        assert!(matches!(error, ScrapeError::Parse(_)), "{error}");
+
+        let refused = "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\n\r\n".to_string();
+        let error = fetch(&client(), &server(Some(refused)).await).await.unwrap_err();
+        assert!(matches!(error, ScrapeError::Status(_)), "{error}");
+
+        // A pod that never answers: the client's timeout ends the wait.
+        let error = fetch(&client(), &server(None).await).await.unwrap_err();
+        assert!(matches!(error, ScrapeError::Http(_)), "{error}");
+    }
+
     #[test]
     fn only_ready_pods_with_an_address_are_scraped_on_their_metrics_port() {
         assert_eq!(

@@ -63,6 +63,7 @@ pub async fn run(env: &Env) -> Result<()> {
     let idle = read_metric(env).await?;
     println!("e2e: {METRIC} of an idle model through the aggregation layer: {idle} µs");
     refusals(env).await?;
+    not_found(env).await?;
 
     // Scale up under load.
     let load_started = Instant::now();
@@ -426,6 +427,35 @@ async fn refusals(env: &Env) -> Result<()> {
     );
     let (code, body) = curl(vec!["-H".into(), "X-Remote-User: e2e-admin".into(), url.clone()]).await?;
     ensure!(code == "401", "without the front-proxy certificate: HTTP {code} {body}");
+    Ok(())
+}
+
+/// An unknown metric, a model with no pods and a malformed selector are the
+/// API's NotFound and BadRequest, through kube-apiserver.
+async fn not_found(env: &Env) -> Result<()> {
+    let base = format!("/apis/external.metrics.k8s.io/v1beta1/namespaces/{NAMESPACE}");
+    for (path, wanted) in [
+        (
+            format!("{base}/nereid_made_up?labelSelector=model%3D{MODEL}"),
+            "NotFound",
+        ),
+        (
+            format!("{base}/{METRIC}?labelSelector=model%3Dno-such-model"),
+            "NotFound",
+        ),
+        (format!("{base}/{METRIC}?labelSelector=model%20in%20oops"), "BadRequest"),
+    ] {
+        let output = env.kubectl_output(["get", "--raw", &path], None).await?;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let reason = match wanted {
+            "NotFound" => "(NotFound)",
+            _ => "(BadRequest)",
+        };
+        ensure!(
+            !output.status.success() && stderr.contains(reason),
+            "{path}: wanted {wanted}, kubectl said: {stderr}"
+        );
+    }
     Ok(())
 }
 
