@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::client::Body;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
-use nereid_crds::{InferenceModel, InferenceModelStatus};
+use nereid_crds::{Autoscaling, AutoscalingMetric, InferenceModel, InferenceModelStatus};
 use nereid_operator::autoscaling::scraper::Board;
 use nereid_operator::context::Context;
 use nereid_operator::controller::{error_policy, reconcile};
@@ -504,4 +504,52 @@ async fn a_model_being_deleted_is_left_to_the_garbage_collector() {
     m.metadata.deletion_timestamp = Some(at(0));
     let (result, _) = run(m, |api| async move { api }).await;
     assert_eq!(result.unwrap(), Action::await_change());
+}
+
+#[tokio::test]
+async fn a_foreign_hpa_over_the_pods_is_reported_and_none_is_made() {
+    let mut m = model();
+    m.spec.autoscaling = Some(Autoscaling {
+        max_replicas: 3,
+        metric: AutoscalingMetric::QueueTimeMicros,
+        target: "500".into(),
+        ..Autoscaling::default()
+    });
+    let mut applied = deployment(&m, 0, 0, 0);
+    applied.status = None;
+    let (result, _) = run(m, move |mut api| async move {
+        let (request, send) = api.next("the look for other HPAs").await;
+        assert_eq!(request.method(), Method::GET);
+        assert_eq!(
+            request.uri().path(),
+            "/apis/autoscaling/v2/namespaces/ml/horizontalpodautoscalers"
+        );
+        let legacy = json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "legacy", "namespace": "ml"},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "resnet"},
+                "maxReplicas": 5,
+            },
+        });
+        let list = json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscalerList",
+            "metadata": {"resourceVersion": "9"}, "items": [legacy],
+        });
+        respond(send, StatusCode::OK, &list);
+        api.expect_applies(&applied).await;
+        api.expect_lookup(POLICY_PATH, None).await;
+        // Ours is not applied; one from before would be removed.
+        api.expect_lookup(HPA_PATH, None).await;
+        api.expect_list_pods(&[]).await;
+        let status = api.expect_status().await;
+        let autoscaling = status.autoscaling.expect("status.autoscaling");
+        assert_eq!(autoscaling.reason.as_deref(), Some("ForeignAutoscaler"));
+        assert!(autoscaling.message.unwrap().contains("\"legacy\""));
+        assert_eq!(autoscaling.horizontal_pod_autoscaler, None);
+        api.expect_events(4).await;
+        api
+    })
+    .await;
+    result.unwrap();
 }
