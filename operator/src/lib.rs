@@ -2,8 +2,10 @@
 //!
 //! The Kubernetes operator of Nereid: each `InferenceModel` becomes a
 //! ConfigMap, a Deployment of `nereid-server` pods, a Service and a
-//! PodDisruptionBudget, all owned by the model and written with server-side
-//! apply, and a status derived from what the pods actually do.
+//! PodDisruptionBudget (and, when asked, a NetworkPolicy and an HPA or KEDA
+//! ScaledObject), all owned by the model and written with server-side apply,
+//! and a status derived from what the pods actually do. Every replica also
+//! scrapes the serving pods and serves the figures autoscalers scale on.
 //!
 //! # Layout
 //!

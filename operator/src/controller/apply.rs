@@ -14,13 +14,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
 use nereid_crds::{InferenceModel, InferenceModelStatus};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-
-use kube::api::DynamicObject;
 
 use crate::builders::{AutoscalerObject, Desired, scaled_object};
 use crate::error::Error;
@@ -33,10 +31,11 @@ pub struct Applied {
 }
 
 /// Applies every desired object of `model`, the ConfigMap first (the pods
-/// mount it), and returns the Deployment and HPA as the API server now has
-/// them (with their status). A NetworkPolicy or HPA the spec no longer asks
-/// for is removed: unlike the other objects they are optional, so the
-/// garbage collector cannot be left to it.
+/// mount it), and returns the Deployment and the model's HPA (KEDA's, with
+/// a ScaledObject) as the API server now has them, with their status. A
+/// NetworkPolicy, HPA or ScaledObject the spec no longer asks for is
+/// removed: unlike the other objects they are optional, so the garbage
+/// collector cannot be left to it.
 pub async fn apply_all(
     client: &Client,
     namespace: &str,
