@@ -15,8 +15,11 @@
 //! - [`picker`]: choosing an endpoint per request, behind the [`Picker`]
 //!   trait: power of two choices on the load estimate, and round robin for
 //!   comparison.
+//! - [`model_name`]: which model a request is for, from the HTTP path or the
+//!   gRPC message's field 1, without decoding tensors.
 
 pub mod load;
+pub mod model_name;
 pub mod picker;
 
 pub use load::{Ejection, EndpointLoad, InFlight};

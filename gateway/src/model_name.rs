@@ -1,0 +1,257 @@
+//! Which model a request is for, read without decoding the request.
+//!
+//! HTTP/REST names the model in the path. A gRPC request names it in field
+//! 1 of its message (`model_name` of ModelInferRequest, `name` of the
+//! ready, metadata, config and statistics requests), so the gateway reads
+//! the message's top-level fields just far enough to find that one string,
+//! skipping every other field by its length: tensors are never decoded or
+//! copied, and the message is forwarded exactly as it came.
+
+use thiserror::Error;
+
+/// What an HTTP path asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HttpRoute {
+    /// `/v2/models/{name}[/versions/{version}][/...]`.
+    Model { name: String, version: Option<String> },
+    /// `/v2`, `/v2/health/...`: any ready pod can answer.
+    Server,
+    /// `/v2/repository/...`: the gateway's own answer.
+    Repository,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PathError {
+    #[error("the gateway serves the KServe v2 API only (paths under /v2), not {0:?}")]
+    NotV2(String),
+    #[error("no model name in {0:?}")]
+    NoModel(String),
+    #[error("the model name in {0:?} is not valid percent-encoded UTF-8")]
+    BadEncoding(String),
+}
+
+/// The route of `path` (the query already removed).
+pub fn from_http_path(path: &str) -> Result<HttpRoute, PathError> {
+    let Some(rest) = path.strip_prefix("/v2") else {
+        return Err(PathError::NotV2(path.to_string()));
+    };
+    let mut segments = rest.split('/').filter(|s| !s.is_empty());
+    match segments.next() {
+        None | Some("health") => Ok(HttpRoute::Server),
+        Some("repository") => Ok(HttpRoute::Repository),
+        Some("models") => {
+            let name = segments.next().ok_or_else(|| PathError::NoModel(path.to_string()))?;
+            let name = percent_decode(name).ok_or_else(|| PathError::BadEncoding(path.to_string()))?;
+            let version = match (segments.next(), segments.next()) {
+                (Some("versions"), Some(version)) => Some(version.to_string()),
+                _ => None,
+            };
+            Ok(HttpRoute::Model { name, version })
+        }
+        Some(_) => Err(PathError::NotV2(path.to_string())),
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'%' {
+            let hex = text.get(index + 1..index + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            index += 3;
+        } else {
+            out.push(bytes[index]);
+            index += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum FrameError {
+    /// More bytes are needed before the name can be found.
+    #[error("the gRPC message is not complete yet")]
+    Incomplete,
+    #[error("the gRPC message is compressed; the gateway routes uncompressed requests only")]
+    Compressed,
+    #[error("malformed gRPC message: {0}")]
+    Malformed(&'static str),
+}
+
+/// The model named in the first gRPC message of `body` (the 5-byte gRPC
+/// frame header, then the protobuf message), or `None` when the message
+/// has no field 1 (an empty name).
+pub fn from_grpc_message(body: &[u8]) -> Result<Option<&str>, FrameError> {
+    let header = body.get(..5).ok_or(FrameError::Incomplete)?;
+    match header[0] {
+        0 => {}
+        1 => return Err(FrameError::Compressed),
+        _ => return Err(FrameError::Malformed("the compressed flag is neither 0 nor 1")),
+    }
+    let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    let mut message = body.get(5..5 + length).ok_or(FrameError::Incomplete)?;
+    while !message.is_empty() {
+        let (key, rest) = varint(message)?;
+        message = rest;
+        let (field, wire_type) = (key >> 3, key & 7);
+        match wire_type {
+            0 => message = varint(message)?.1,
+            1 => {
+                message = message
+                    .get(8..)
+                    .ok_or(FrameError::Malformed("a fixed64 runs past the end"))?
+            }
+            5 => {
+                message = message
+                    .get(4..)
+                    .ok_or(FrameError::Malformed("a fixed32 runs past the end"))?
+            }
+            2 => {
+                let (length, rest) = varint(message)?;
+                let length = usize::try_from(length).map_err(|_| FrameError::Malformed("a field is too long"))?;
+                let value = rest
+                    .get(..length)
+                    .ok_or(FrameError::Malformed("a field runs past the end"))?;
+                if field == 1 {
+                    let name =
+                        std::str::from_utf8(value).map_err(|_| FrameError::Malformed("the name is not UTF-8"))?;
+                    return Ok(Some(name));
+                }
+                message = &rest[length..];
+            }
+            _ => return Err(FrameError::Malformed("an unknown wire type")),
+        }
+    }
+    Ok(None)
+}
+
+/// A protobuf varint at the start of `bytes`, and what follows it.
+fn varint(bytes: &[u8]) -> Result<(u64, &[u8]), FrameError> {
+    let mut value = 0u64;
+    for (index, byte) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * index);
+        if byte & 0x80 == 0 {
+            return Ok((value, &bytes[index + 1..]));
+        }
+    }
+    Err(FrameError::Malformed("a varint runs past the end or over ten bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_paths() {
+        let model = |name: &str, version: Option<&str>| HttpRoute::Model {
+            name: name.into(),
+            version: version.map(str::to_string),
+        };
+        assert_eq!(from_http_path("/v2/models/resnet/infer"), Ok(model("resnet", None)));
+        assert_eq!(
+            from_http_path("/v2/models/resnet/versions/3/infer"),
+            Ok(model("resnet", Some("3")))
+        );
+        assert_eq!(
+            from_http_path("/v2/models/ml%2Fresnet/ready"),
+            Ok(model("ml/resnet", None))
+        );
+        assert_eq!(from_http_path("/v2/models/resnet"), Ok(model("resnet", None)));
+        assert_eq!(from_http_path("/v2"), Ok(HttpRoute::Server));
+        assert_eq!(from_http_path("/v2/health/ready"), Ok(HttpRoute::Server));
+        assert_eq!(from_http_path("/v2/repository/index"), Ok(HttpRoute::Repository));
+        assert!(matches!(from_http_path("/metrics"), Err(PathError::NotV2(_))));
+        assert!(matches!(from_http_path("/v2x/models/a"), Err(PathError::NotV2(_))));
+        assert!(matches!(from_http_path("/v2/models/"), Err(PathError::NoModel(_))));
+        assert!(matches!(
+            from_http_path("/v2/models/%ff/infer"),
+            Err(PathError::BadEncoding(_))
+        ));
+        assert!(matches!(
+            from_http_path("/v2/models/%4/infer"),
+            Err(PathError::BadEncoding(_))
+        ));
+    }
+
+    /// A gRPC frame around a message made of `(field, bytes)` string fields
+    /// and one varint field.
+    fn frame(fields: &[(u8, &[u8])]) -> Vec<u8> {
+        let mut message = vec![0x18, 0x96, 0x01]; // field 3, varint 150
+        for (field, value) in fields {
+            message.push((field << 3) | 2);
+            let mut length = value.len();
+            while length >= 0x80 {
+                message.push((length as u8) | 0x80);
+                length >>= 7;
+            }
+            message.push(length as u8);
+            message.extend_from_slice(value);
+        }
+        let mut frame = vec![0];
+        frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        frame.extend(message);
+        frame
+    }
+
+    #[test]
+    fn the_name_is_found_whatever_comes_before_it() {
+        let tensor = vec![7u8; 100_000];
+        let body = frame(&[(6, &tensor), (2, b"1"), (1, b"resnet")]);
+        assert_eq!(from_grpc_message(&body), Ok(Some("resnet")));
+        assert_eq!(from_grpc_message(&frame(&[(1, b"m")])), Ok(Some("m")));
+        assert_eq!(from_grpc_message(&frame(&[(2, b"1")])), Ok(None));
+    }
+
+    #[test]
+    fn the_name_of_real_requests() {
+        use nereid_proto::inference::{ModelInferRequest, ModelReadyRequest};
+        use prost::Message;
+        let grpc = |message: Vec<u8>| {
+            let mut frame = vec![0];
+            frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
+            frame.extend(message);
+            frame
+        };
+        let infer = ModelInferRequest {
+            model_name: "resnet".into(),
+            model_version: "2".into(),
+            id: "request-1".into(),
+            raw_input_contents: vec![vec![1u8; 4096].into()],
+            ..ModelInferRequest::default()
+        };
+        assert_eq!(from_grpc_message(&grpc(infer.encode_to_vec())), Ok(Some("resnet")));
+        let ready = ModelReadyRequest {
+            name: "bert".into(),
+            version: String::new(),
+        };
+        assert_eq!(from_grpc_message(&grpc(ready.encode_to_vec())), Ok(Some("bert")));
+    }
+
+    #[test]
+    fn partial_compressed_and_malformed_messages() {
+        let body = frame(&[(1, b"resnet")]);
+        assert_eq!(from_grpc_message(&body[..3]), Err(FrameError::Incomplete));
+        assert_eq!(from_grpc_message(&body[..body.len() - 1]), Err(FrameError::Incomplete));
+        let mut compressed = body.clone();
+        compressed[0] = 1;
+        assert_eq!(from_grpc_message(&compressed), Err(FrameError::Compressed));
+        let mut flag = body.clone();
+        flag[0] = 9;
+        assert!(matches!(from_grpc_message(&flag), Err(FrameError::Malformed(_))));
+        // A length-delimited field that claims more than the message holds.
+        let lying = [0, 0, 0, 0, 3, 0x0a, 0x7f, b'a'];
+        assert!(matches!(from_grpc_message(&lying), Err(FrameError::Malformed(_))));
+        // Wire type 7 does not exist.
+        let unknown = [0, 0, 0, 0, 1, 0x0f];
+        assert!(matches!(from_grpc_message(&unknown), Err(FrameError::Malformed(_))));
+        let not_utf8 = frame(&[(1, &[0xff, 0xfe])]);
+        assert!(matches!(from_grpc_message(&not_utf8), Err(FrameError::Malformed(_))));
+        let endless_varint = [0, 0, 0, 0, 2, 0x08, 0xff];
+        assert!(matches!(
+            from_grpc_message(&endless_varint),
+            Err(FrameError::Malformed(_))
+        ));
+    }
+}
