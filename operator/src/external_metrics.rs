@@ -7,7 +7,9 @@
 //! certificate the chart makes); a client certificate is asked for and, when
 //! given, verified against the request-header CA, so only kube-apiserver's
 //! front proxy can name a user ([`requestheader`]); each read is then
-//! authorised with a SubjectAccessReview ([`authorize`]).
+//! authorised with a SubjectAccessReview ([`authorize`]). Both the serving
+//! certificate and the request-header settings are re-read every minute, so
+//! rotations need no restart.
 //!
 //! - [`api`]: the routes and their answers.
 //! - [`selector`]: label selectors in their string form.
@@ -19,10 +21,12 @@ pub mod requestheader;
 pub mod selector;
 pub mod subject;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -33,7 +37,11 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use thiserror::Error;
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use self::requestheader::{ConfigError, RequestHeaderConfig};
 
 /// The client certificate a connection presented (verified), as a request
 /// extension for the handlers.
@@ -60,27 +68,110 @@ pub enum TlsError {
     Setup(String),
 }
 
+/// What the API reads from outside and may change while it runs: the
+/// serving certificate and key (a Secret volume, rotated in place) and
+/// kube-apiserver's request-header settings (its front-proxy CA rotates too).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Inputs {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    pub request_header: BTreeMap<String, String>,
+}
+
+impl Inputs {
+    /// Reads the files of `settings` and the cluster's request-header ConfigMap.
+    pub async fn read(client: &kube::Client, settings: &ServeSettings) -> Result<Inputs, CredentialsError> {
+        let read = |what: &'static str, path: &PathBuf| {
+            std::fs::read(path).map_err(|e| TlsError::Read {
+                what,
+                path: path.clone(),
+                reason: e.to_string(),
+            })
+        };
+        Ok(Inputs {
+            cert: read("the serving certificate", &settings.cert)?,
+            key: read("the serving key", &settings.key)?,
+            request_header: RequestHeaderConfig::fetch(client).await?,
+        })
+    }
+}
+
+/// What each connection and request is checked with, built from [`Inputs`].
+#[derive(Debug)]
+pub struct Credentials {
+    pub tls: Arc<ServerConfig>,
+    pub request_header: RequestHeaderConfig,
+}
+
+#[derive(Debug, Error)]
+pub enum CredentialsError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    RequestHeader(#[from] ConfigError),
+}
+
+impl Credentials {
+    pub fn build(inputs: &Inputs) -> Result<Credentials, CredentialsError> {
+        let request_header = RequestHeaderConfig::from_data(&inputs.request_header)?;
+        let tls = tls_config(&inputs.cert, &inputs.key, &request_header.client_ca)?;
+        Ok(Credentials {
+            tls: Arc::new(tls),
+            request_header,
+        })
+    }
+}
+
+/// How often the inputs are read again.
+const REFRESH: Duration = Duration::from_secs(60);
+
+/// Re-reads the inputs every minute until `stop`, and publishes new
+/// credentials when they changed and build; a half-rotated or unreadable
+/// set is logged and the previous credentials stay.
+pub async fn keep_fresh(
+    client: kube::Client,
+    settings: ServeSettings,
+    mut last: Inputs,
+    credentials: watch::Sender<Arc<Credentials>>,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(REFRESH) => {}
+        }
+        let inputs = match Inputs::read(&client, &settings).await {
+            Ok(inputs) if inputs == last => continue,
+            Ok(inputs) => inputs,
+            Err(error) => {
+                tracing::warn!(%error, "external metrics API: cannot re-read its credentials; keeping the current ones");
+                continue;
+            }
+        };
+        match Credentials::build(&inputs) {
+            Ok(fresh) => {
+                tracing::info!("external metrics API: certificate or request-header settings changed; reloaded");
+                credentials.send_replace(Arc::new(fresh));
+                last = inputs;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "external metrics API: the changed credentials do not load; keeping the current ones")
+            }
+        }
+    }
+}
+
 /// The TLS configuration: the serving certificate, and client certificates
 /// optional but verified against `client_ca` when presented.
-pub fn tls_config(settings: &ServeSettings, client_ca: &[CertificateDer<'static>]) -> Result<ServerConfig, TlsError> {
+pub fn tls_config(cert: &[u8], key: &[u8], client_ca: &[CertificateDer<'static>]) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let read = |what: &'static str, path: &PathBuf, reason: String| TlsError::Read {
-        what,
-        path: path.clone(),
-        reason,
-    };
-    let certs = CertificateDer::pem_file_iter(&settings.cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| read("the serving certificate", &settings.cert, e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Setup(format!("the serving certificate: {e}")))?;
     if certs.is_empty() {
-        return Err(read(
-            "the serving certificate",
-            &settings.cert,
-            "no certificate in it".into(),
-        ));
+        return Err(TlsError::Setup("no certificate in the serving certificate file".into()));
     }
-    let key = PrivateKeyDer::from_pem_file(&settings.key)
-        .map_err(|e| read("the serving key", &settings.key, e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| TlsError::Setup(format!("the serving key: {e}")))?;
     let mut roots = rustls::RootCertStore::empty();
     for cert in client_ca {
         roots
@@ -101,14 +192,14 @@ pub fn tls_config(settings: &ServeSettings, client_ca: &[CertificateDer<'static>
     Ok(config)
 }
 
-/// Serves `router` over TLS on `listener` until `shutdown` resolves.
+/// Serves `router` over TLS on `listener` until `shutdown` resolves; each
+/// connection is handshaken with the credentials current when it arrives.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    tls: ServerConfig,
+    credentials: watch::Receiver<Arc<Credentials>>,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let acceptor = TlsAcceptor::from(Arc::new(tls));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -123,7 +214,8 @@ pub async fn serve(
                 }
             },
         };
-        let (acceptor, router) = (acceptor.clone(), router.clone());
+        let acceptor = TlsAcceptor::from(Arc::clone(&credentials.borrow().tls));
+        let router = router.clone();
         tokio::spawn(async move {
             let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(stream));
             let tls = match handshake.await {
@@ -148,5 +240,58 @@ pub async fn serve(
                 tracing::debug!(%peer, %error, "external metrics API: connection ended with an error");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A self-signed test certificate (CN=front-proxy-client) and its key,
+    /// made with openssl for these tests; it serves as the serving
+    /// certificate and as the request-header CA at once.
+    const CERT: &[u8] = include_bytes!("external_metrics/testdata/front-proxy-client.pem");
+    const KEY: &[u8] = include_bytes!("external_metrics/testdata/front-proxy-client.key");
+    /// A key that does not go with CERT.
+    const OTHER_KEY: &[u8] = include_bytes!("external_metrics/testdata/other.key");
+
+    fn inputs(key: &[u8], with_ca: bool) -> Inputs {
+        let mut request_header = BTreeMap::from([(
+            "requestheader-allowed-names".to_string(),
+            r#"["front-proxy-client"]"#.to_string(),
+        )]);
+        if with_ca {
+            request_header.insert(
+                "requestheader-client-ca-file".into(),
+                String::from_utf8(CERT.to_vec()).unwrap(),
+            );
+        }
+        Inputs {
+            cert: CERT.to_vec(),
+            key: key.to_vec(),
+            request_header,
+        }
+    }
+
+    #[test]
+    fn credentials_build_from_a_matching_certificate_key_and_ca() {
+        let credentials = Credentials::build(&inputs(KEY, true)).unwrap();
+        assert_eq!(credentials.request_header.allowed_names, ["front-proxy-client"]);
+        assert_eq!(credentials.tls.alpn_protocols, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+    }
+
+    #[test]
+    fn a_half_rotated_or_incomplete_set_does_not_build() {
+        assert!(matches!(
+            Credentials::build(&inputs(OTHER_KEY, true)),
+            Err(CredentialsError::Tls(TlsError::Setup(_)))
+        ));
+        assert!(matches!(
+            Credentials::build(&inputs(KEY, false)),
+            Err(CredentialsError::RequestHeader(ConfigError::NoClientCa))
+        ));
+        let mut empty = inputs(KEY, true);
+        empty.cert.clear();
+        assert!(matches!(Credentials::build(&empty), Err(CredentialsError::Tls(_))));
     }
 }

@@ -13,8 +13,7 @@ use nereid_operator::args::Args;
 use nereid_operator::autoscaling::scraper::{self, Board};
 use nereid_operator::context::Context;
 use nereid_operator::external_metrics::api::{self, ApiState};
-use nereid_operator::external_metrics::requestheader::RequestHeaderConfig;
-use nereid_operator::external_metrics::{self, ServeSettings};
+use nereid_operator::external_metrics::{self, Credentials, Inputs, ServeSettings};
 use nereid_operator::external_scaler::Scaler;
 use nereid_operator::leader::LeaderElector;
 use nereid_operator::metrics::Metrics;
@@ -163,8 +162,8 @@ async fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
-/// Reads the request-header settings, builds the TLS configuration and
-/// starts serving `external.metrics.k8s.io`. Asked for but impossible (no
+/// Reads the certificate and the request-header settings, builds the TLS
+/// configuration, keeps both fresh, and starts serving `external.metrics.k8s.io`. Asked for but impossible (no
 /// certificate, no request-header CA in the cluster) is an error at start,
 /// not an autoscaler that silently never gets a metric.
 async fn start_external_metrics(
@@ -174,14 +173,22 @@ async fn start_external_metrics(
     board: Arc<Board>,
     stop: &CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>> {
-    let request_header = RequestHeaderConfig::load(client)
+    let inputs = Inputs::read(client, &settings)
         .await
-        .context("the external metrics API needs kube-apiserver's request-header settings")?;
-    let tls = external_metrics::tls_config(&settings, &request_header.client_ca)?;
+        .context("the external metrics API needs its certificate and kube-apiserver's request-header settings")?;
+    let credentials = Credentials::build(&inputs).context("the external metrics API's credentials")?;
+    let (credentials_tx, credentials) = tokio::sync::watch::channel(Arc::new(credentials));
+    tokio::spawn(external_metrics::keep_fresh(
+        client.clone(),
+        settings.clone(),
+        inputs,
+        credentials_tx,
+        stop.clone(),
+    ));
     let state = Arc::new(ApiState {
         client: client.clone(),
         board,
-        request_header,
+        credentials: credentials.clone(),
         window_secs: args.autoscaling.metrics_window_secs,
     });
     let listener = tokio::net::TcpListener::bind(settings.address)
@@ -190,7 +197,7 @@ async fn start_external_metrics(
     tracing::info!(address = %settings.address, "serving external.metrics.k8s.io");
     let shutdown = stop.clone().cancelled_owned();
     Ok(tokio::spawn(async move {
-        if let Err(error) = external_metrics::serve(listener, tls, api::router(state), shutdown).await {
+        if let Err(error) = external_metrics::serve(listener, credentials, api::router(state), shutdown).await {
             tracing::error!(%error, "the external metrics API stopped");
         }
     }))

@@ -17,18 +17,20 @@ use k8s_openapi::jiff::Timestamp;
 use nereid_crds::AutoscalingMetric;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
-use super::ClientCert;
 use super::authorize::{self, Decision, GROUP, VERSION};
-use super::requestheader::{RequestHeaderConfig, User};
+use super::requestheader::User;
 use super::selector::Selector;
+use super::{ClientCert, Credentials};
 use crate::autoscaling::scraper::Board;
 use crate::builders::hpa::MODEL_LABEL;
 
 pub struct ApiState {
     pub client: kube::Client,
     pub board: Arc<Board>,
-    pub request_header: RequestHeaderConfig,
+    /// The current request-header settings (they may be reloaded).
+    pub credentials: watch::Receiver<Arc<Credentials>>,
     /// The window the figures are computed over, reported with each value.
     pub window_secs: u64,
 }
@@ -47,7 +49,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
 /// The user the front proxy speaks for, if the request comes from it.
 fn user(state: &ApiState, request: &Request) -> Option<User> {
     let cert = request.extensions().get::<ClientCert>().and_then(|c| c.0.as_ref());
-    state.request_header.user(cert, request.headers())
+    state.credentials.borrow().request_header.user(cert, request.headers())
 }
 
 fn unauthorized() -> Response {

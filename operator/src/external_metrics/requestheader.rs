@@ -50,11 +50,10 @@ pub enum ConfigError {
 }
 
 impl RequestHeaderConfig {
-    /// Reads the settings from the cluster.
-    pub async fn load(client: &kube::Client) -> Result<Self, ConfigError> {
+    /// The settings' raw form, as the cluster publishes them.
+    pub async fn fetch(client: &kube::Client) -> Result<BTreeMap<String, String>, ConfigError> {
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), CONFIG_MAP_NAMESPACE);
-        let data = config_maps.get(CONFIG_MAP).await?.data.unwrap_or_default();
-        Self::from_data(&data)
+        Ok(config_maps.get(CONFIG_MAP).await?.data.unwrap_or_default())
     }
 
     pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
