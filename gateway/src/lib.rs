@@ -17,10 +17,13 @@
 //!   comparison.
 //! - [`model_name`]: which model a request is for, from the HTTP path or the
 //!   gRPC message's field 1, without decoding tensors.
+//! - [`registry`]: the routable models and their endpoints, and how a name
+//!   (plain or `namespace/name`) finds one, ambiguity being an error.
 
 pub mod load;
 pub mod model_name;
 pub mod picker;
+pub mod registry;
 
 pub use load::{Ejection, EndpointLoad, InFlight};
 pub use picker::{Picker, PowerOfTwoChoices, RoundRobin};

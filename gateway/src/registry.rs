@@ -1,0 +1,235 @@
+//! The models the gateway can route to and their endpoints, and how a model
+//! name in a request finds one.
+//!
+//! A model is an InferenceModel (or ModelEnsemble): a namespace and a name.
+//! A request may name it as `namespace/name` (percent-encoded as `%2F` in an
+//! HTTP path), or by its name alone: then the gateway's default namespace
+//! wins if it holds that name, else the one namespace that does; a name held
+//! by several namespaces and not the default is an error that lists them,
+//! never a silent pick.
+//!
+//! Endpoint updates keep the load record of every address that stays, so
+//! requests in flight and ejections survive an EndpointSlice change.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+use crate::load::EndpointLoad;
+
+/// A model: its namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ModelKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ModelKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One ready pod of a model.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub address: SocketAddr,
+    pub load: Arc<EndpointLoad>,
+}
+
+/// What the gateway knows of one model.
+#[derive(Clone, Debug, Default)]
+pub struct ModelEntry {
+    /// The ready endpoints, in address order.
+    pub endpoints: Vec<Endpoint>,
+    /// Pods the model has, ready or not (for the error when none is ready).
+    pub pods: usize,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum RouteError {
+    #[error("unknown model {0:?}: no InferenceModel or ModelEnsemble of that name is served by this gateway")]
+    Unknown(String),
+    #[error(
+        "model name {name:?} is ambiguous: namespaces {namespaces:?} each have one; name it as \"<namespace>/{name}\""
+    )]
+    Ambiguous { name: String, namespaces: Vec<String> },
+    #[error("no ready replicas of model {model}: 0/{pods} ready")]
+    NoReadyEndpoints { model: String, pods: usize },
+}
+
+/// Every routable model.
+#[derive(Debug, Default)]
+pub struct Registry {
+    default_namespace: Option<String>,
+    models: BTreeMap<ModelKey, ModelEntry>,
+}
+
+impl Registry {
+    /// A registry in which unqualified names prefer `default_namespace`.
+    pub fn new(default_namespace: Option<String>) -> Self {
+        Registry {
+            default_namespace,
+            models: BTreeMap::new(),
+        }
+    }
+
+    /// Sets a model's ready endpoints and pod count, keeping the load of
+    /// every address it already had.
+    pub fn set_endpoints(&mut self, model: ModelKey, ready: &[SocketAddr], pods: usize) {
+        let previous = self.models.remove(&model).unwrap_or_default();
+        let mut addresses = ready.to_vec();
+        addresses.sort();
+        addresses.dedup();
+        let endpoints = addresses
+            .into_iter()
+            .map(|address| Endpoint {
+                address,
+                load: previous
+                    .endpoints
+                    .iter()
+                    .find(|e| e.address == address)
+                    .map(|e| Arc::clone(&e.load))
+                    .unwrap_or_else(EndpointLoad::new),
+            })
+            .collect();
+        self.models.insert(model, ModelEntry { endpoints, pods });
+    }
+
+    /// Forgets a model that was deleted.
+    pub fn remove(&mut self, model: &ModelKey) {
+        self.models.remove(model);
+    }
+
+    /// Every model, for the repository index.
+    pub fn models(&self) -> impl Iterator<Item = (&ModelKey, &ModelEntry)> {
+        self.models.iter()
+    }
+
+    /// The model `requested` names, with at least one ready endpoint.
+    pub fn resolve(&self, requested: &str) -> Result<(&ModelKey, &ModelEntry), RouteError> {
+        let (key, entry) = self.find(requested)?;
+        if entry.endpoints.is_empty() {
+            return Err(RouteError::NoReadyEndpoints {
+                model: key.to_string(),
+                pods: entry.pods,
+            });
+        }
+        Ok((key, entry))
+    }
+
+    fn find(&self, requested: &str) -> Result<(&ModelKey, &ModelEntry), RouteError> {
+        if let Some((namespace, name)) = requested.split_once('/') {
+            let key = ModelKey {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            };
+            return self
+                .models
+                .get_key_value(&key)
+                .ok_or_else(|| RouteError::Unknown(requested.to_string()));
+        }
+        let holders: Vec<(&ModelKey, &ModelEntry)> = self.models.iter().filter(|(k, _)| k.name == requested).collect();
+        if let Some(preferred) = holders
+            .iter()
+            .find(|(k, _)| Some(&k.namespace) == self.default_namespace.as_ref())
+        {
+            return Ok(*preferred);
+        }
+        match holders.as_slice() {
+            [] => Err(RouteError::Unknown(requested.to_string())),
+            [one] => Ok(*one),
+            many => Err(RouteError::Ambiguous {
+                name: requested.to_string(),
+                namespaces: many.iter().map(|(k, _)| k.namespace.clone()).collect(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(namespace: &str, name: &str) -> ModelKey {
+        ModelKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    fn address(last: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, last], 8000))
+    }
+
+    fn registry(default: Option<&str>) -> Registry {
+        let mut registry = Registry::new(default.map(str::to_string));
+        registry.set_endpoints(key("ml", "resnet"), &[address(1), address(2)], 2);
+        registry.set_endpoints(key("team", "resnet"), &[address(3)], 1);
+        registry.set_endpoints(key("ml", "bert"), &[], 2);
+        registry
+    }
+
+    #[test]
+    fn qualified_names_and_unique_names_resolve() {
+        let registry = registry(None);
+        let (found, entry) = registry.resolve("team/resnet").unwrap();
+        assert_eq!((found, entry.endpoints.len()), (&key("team", "resnet"), 1));
+        assert_eq!(
+            registry.resolve("ml/missing").unwrap_err(),
+            RouteError::Unknown("ml/missing".into())
+        );
+        assert_eq!(registry.resolve("gpt").unwrap_err(), RouteError::Unknown("gpt".into()));
+    }
+
+    #[test]
+    fn a_name_in_two_namespaces_needs_the_default_or_a_namespace() {
+        assert_eq!(
+            registry(None).resolve("resnet").unwrap_err(),
+            RouteError::Ambiguous {
+                name: "resnet".into(),
+                namespaces: vec!["ml".into(), "team".into()],
+            }
+        );
+        assert_eq!(
+            registry(Some("team")).resolve("resnet").unwrap().0,
+            &key("team", "resnet")
+        );
+        // A default that does not hold the name does not settle it.
+        assert!(matches!(
+            registry(Some("other")).resolve("resnet"),
+            Err(RouteError::Ambiguous { .. })
+        ));
+    }
+
+    #[test]
+    fn a_model_without_ready_endpoints_says_so() {
+        let error = registry(None).resolve("bert").unwrap_err();
+        assert_eq!(
+            error,
+            RouteError::NoReadyEndpoints {
+                model: "ml/bert".into(),
+                pods: 2
+            }
+        );
+        assert_eq!(error.to_string(), "no ready replicas of model ml/bert: 0/2 ready");
+    }
+
+    #[test]
+    fn updates_keep_the_load_of_addresses_that_stay() {
+        let mut registry = registry(None);
+        let kept = Arc::clone(&registry.resolve("ml/resnet").unwrap().1.endpoints[1].load);
+        let _in_flight = kept.start();
+        registry.set_endpoints(key("ml", "resnet"), &[address(9), address(2), address(2)], 3);
+        let entry = registry.resolve("ml/resnet").unwrap().1;
+        let addresses: Vec<_> = entry.endpoints.iter().map(|e| e.address).collect();
+        assert_eq!(addresses, [address(2), address(9)]);
+        assert!(Arc::ptr_eq(&entry.endpoints[0].load, &kept));
+        assert_eq!(entry.endpoints[0].load.outstanding(), 1);
+        assert_eq!(entry.endpoints[1].load.outstanding(), 0);
+        registry.remove(&key("ml", "resnet"));
+        assert!(matches!(registry.resolve("ml/resnet"), Err(RouteError::Unknown(_))));
+    }
+}
