@@ -8,7 +8,7 @@
 //! rates; pending requests is the sum of the pods' latest gauges. A counter
 //! that went down means the server restarted: that pod's window starts over.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use nereid_crds::AutoscalingMetric;
@@ -84,8 +84,8 @@ impl Histories {
     /// Records a round taken at `now` and returns every model's figures.
     /// Pods absent from the round are forgotten.
     pub fn round(&mut self, now: Instant, scrapes: &[PodScrape]) -> BTreeMap<ModelKey, Figures> {
-        self.pods
-            .retain(|uid, _| scrapes.iter().any(|s| s.ready && &s.uid == uid));
+        let ready: HashSet<&str> = scrapes.iter().filter(|s| s.ready).map(|s| s.uid.as_str()).collect();
+        self.pods.retain(|uid, _| ready.contains(uid.as_str()));
         let mut figures: BTreeMap<ModelKey, Figures> = BTreeMap::new();
         // Δ queue and Δ requests per model, summed before dividing.
         let mut queue: BTreeMap<&ModelKey, (f64, f64)> = BTreeMap::new();
