@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Api;
 use serde_json::Value;
@@ -87,13 +87,7 @@ pub async fn run(env: &Env) -> Result<()> {
     .await;
     let peak = peak.get();
     if let Err(error) = outcome {
-        let tally = traffic.stop().await;
-        bail!(
-            "{error:#}; traffic: {} ok, {} failed {:?}",
-            tally.ok,
-            tally.failed,
-            tally.failures
-        );
+        return Err(traffic.fail(error).await);
     }
     let scaled_up = load_started.elapsed();
     println!(
@@ -128,15 +122,7 @@ pub async fn run(env: &Env) -> Result<()> {
     };
     let replicas = match scaled {
         Ok(replicas) => replicas,
-        Err(error) => {
-            let tally = traffic.stop().await;
-            bail!(
-                "{error:#}; traffic: {} ok, {} failed {:?}",
-                tally.ok,
-                tally.failed,
-                tally.failures
-            );
-        }
+        Err(error) => return Err(traffic.fail(error).await),
     };
     let relieved = wait::until(
         "queue time to fall below the target",

@@ -32,16 +32,7 @@ pub async fn add_sub(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str,
             {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": b},
         ]
     });
-    let url = format!("http://{ip}:{port}/v2/models/{model}/infer");
-    let response = http
-        .post(&url)
-        .json(&request)
-        .send()
-        .await
-        .with_context(|| format!("POST {url}"))?;
-    let status = response.status();
-    let body: Value = response.json().await.with_context(|| format!("the answer of {url}"))?;
-    ensure!(status.is_success(), "POST {url}: {status}: {body}");
+    let (url, body) = infer(http, ip, port, model, &request).await?;
     let output = |name: &str| -> Result<Vec<i64>> {
         let tensor = body["outputs"]
             .as_array()
@@ -71,6 +62,22 @@ pub async fn add_sub(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str,
     Ok(())
 }
 
+/// POSTs `request` to `model`'s infer endpoint at `ip:port`; returns the URL
+/// and the answer, which must be a success.
+async fn infer(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str, request: &Value) -> Result<(String, Value)> {
+    let url = format!("http://{ip}:{port}/v2/models/{model}/infer");
+    let response = http
+        .post(&url)
+        .json(request)
+        .send()
+        .await
+        .with_context(|| format!("POST {url}"))?;
+    let status = response.status();
+    let body: Value = response.json().await.with_context(|| format!("the answer of {url}"))?;
+    ensure!(status.is_success(), "POST {url}: {status}: {body}");
+    Ok((url, body))
+}
+
 /// `examples/models/mlp_small`: FP32 [256] in, [256] out, batched.
 pub const MLP_FOLDER: &str = "examples/models/mlp_small";
 
@@ -81,16 +88,7 @@ pub async fn mlp(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str, row
     let request = json!({
         "inputs": [{"name": "INPUT0", "shape": [rows, 256], "datatype": "FP32", "data": data}]
     });
-    let url = format!("http://{ip}:{port}/v2/models/{model}/infer");
-    let response = http
-        .post(&url)
-        .json(&request)
-        .send()
-        .await
-        .with_context(|| format!("POST {url}"))?;
-    let status = response.status();
-    let body: Value = response.json().await.with_context(|| format!("the answer of {url}"))?;
-    ensure!(status.is_success(), "POST {url}: {status}: {body}");
+    let (url, body) = infer(http, ip, port, model, &request).await?;
     let output = &body["outputs"][0];
     ensure!(
         output["name"] == "OUTPUT0" && output["datatype"] == "FP32" && output["shape"] == json!([rows, 256]),

@@ -12,14 +12,12 @@ pub struct Process {
 
 impl Process {
     pub fn read(pid: u32) -> Option<Process> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // After "pid (comm)": state, ppid, ... start time is the 20th.
-        let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+        let stat = Stat::read(pid)?;
         let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         Some(Process {
             pid,
-            ppid: fields.get(1)?.parse().ok()?,
-            start_time: fields.get(19)?.parse().ok()?,
+            ppid: stat.field(4)?,
+            start_time: stat.field(22)?,
             cmdline: String::from_utf8_lossy(&raw).replace('\0', " ").trim().to_string(),
         })
     }
@@ -34,6 +32,38 @@ impl Process {
         let environ = std::fs::read(format!("/proc/{}/environ", self.pid)).unwrap_or_default();
         environ.split(|b| *b == 0).any(|var| var == variable.as_bytes())
     }
+}
+
+/// `/proc/<pid>/stat`, read once.
+struct Stat(String);
+
+impl Stat {
+    fn read(pid: u32) -> Option<Stat> {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().map(Stat)
+    }
+
+    /// Field `n` (1-based, as proc(5) numbers them), from field 3 on.
+    fn field<T: std::str::FromStr>(&self, n: usize) -> Option<T> {
+        // Fields 1 and 2 are "pid (comm)"; comm may hold spaces and parentheses.
+        let rest = &self.0[self.0.rfind(')')? + 1..];
+        rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+    }
+}
+
+/// CPU time `pid` has used (utime + stime), in clock ticks.
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = Stat::read(pid)?;
+    Some(stat.field::<u64>(14)? + stat.field::<u64>(15)?)
+}
+
+/// `pid`'s resident memory now and at its peak (VmRSS, VmHWM), in KiB.
+pub fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let read = |key: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+    };
+    Some((read("VmRSS:")?, read("VmHWM:")?))
 }
 
 /// Every process there is.

@@ -11,6 +11,7 @@ use anyhow::{Context, Result, ensure};
 
 use crate::env::{Env, OPERATOR_NAMESPACE, RELEASE};
 use crate::operator::{self, Replica};
+use crate::procfs;
 use crate::simple_model::{self, MODEL, NAMESPACE};
 use crate::wait;
 
@@ -49,14 +50,15 @@ async fn measure(replicas: &[Replica], pods: u32) -> Result<()> {
         .iter()
         .map(|r| operator::process_of_pod(&r.name))
         .collect::<Result<_>>()?;
-    let before: Vec<u64> = processes.iter().map(|pid| cpu_ticks(*pid)).collect::<Result<_>>()?;
+    let ticks = |pid: u32| procfs::cpu_ticks(pid).with_context(|| format!("the CPU time of process {pid}"));
+    let before: Vec<u64> = processes.iter().map(|pid| ticks(*pid)).collect::<Result<_>>()?;
     let started = Instant::now();
     tokio::time::sleep(SPAN).await;
     let elapsed = started.elapsed().as_secs_f64();
     let ticks_per_second = 100.0; // USER_HZ on Linux
     for ((replica, pid), before) in replicas.iter().zip(&processes).zip(before) {
-        let cpu = (cpu_ticks(*pid)? - before) as f64 / ticks_per_second;
-        let (rss, peak) = memory_kib(*pid)?;
+        let cpu = (ticks(*pid)? - before) as f64 / ticks_per_second;
+        let (rss, peak) = procfs::memory_kib(*pid).with_context(|| format!("the memory of process {pid}"))?;
         let rounds = replica
             .metric("nereid_operator_scrape_round_duration_seconds_count")
             .await?;
@@ -71,28 +73,4 @@ async fn measure(replicas: &[Replica], pods: u32) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let fields: Vec<&str> = stat[stat.rfind(')').context("a stat line")? + 1..]
-        .split_whitespace()
-        .collect();
-    // After "pid (comm)": state is field 3, utime 14, stime 15.
-    let field = |n: usize| -> Result<u64> { Ok(fields.get(n - 3).context("a stat field")?.parse()?) };
-    Ok(field(14)? + field(15)?)
-}
-
-/// VmRSS and VmHWM of `pid`, in KiB.
-fn memory_kib(pid: u32) -> Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let read = |key: &str| -> Result<u64> {
-        let line = status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .with_context(|| format!("no {key}"))?;
-        Ok(line[key.len()..].trim().trim_end_matches("kB").trim().parse()?)
-    };
-    Ok((read("VmRSS:")?, read("VmHWM:")?))
 }

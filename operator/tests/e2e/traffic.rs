@@ -147,6 +147,16 @@ impl Traffic {
         self.tally.lock().await.served_by.clone()
     }
 
+    /// Stops sending and returns `error` with what the traffic saw, for a
+    /// scenario that fails while the traffic runs.
+    pub async fn fail(self, error: anyhow::Error) -> anyhow::Error {
+        let tally = self.stop().await;
+        error.context(format!(
+            "traffic: {} ok, {} failed {:?}",
+            tally.ok, tally.failed, tally.failures
+        ))
+    }
+
     /// Stops sending (requests in flight finish) and returns the tally.
     pub async fn stop(self) -> Tally {
         self.stop.cancel();
