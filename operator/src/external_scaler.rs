@@ -21,6 +21,7 @@
 //! pod exists whose queue could be read, so waking a model up needs requests
 //! that wait somewhere the operator can see (the gateway's queue).
 
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,9 @@ use nereid_proto::keda::{
     GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec, MetricValue,
     ScaledObjectRef,
 };
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use crate::autoscaling::figures::Figures;
@@ -43,6 +47,28 @@ pub struct Scaler {
     board: Arc<Board>,
     /// How often `StreamIsActive` looks again (the scrape interval).
     poll: Duration,
+}
+
+/// Binds `address` and serves the protocol over `board` until `stop`.
+pub async fn start(
+    address: SocketAddr,
+    board: Arc<Board>,
+    poll: Duration,
+    stop: &CancellationToken,
+) -> std::io::Result<JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    tracing::info!(%address, "serving KEDA's External Scaler protocol");
+    let service = Scaler::new(board, poll).into_service();
+    let shutdown = stop.clone().cancelled_owned();
+    Ok(tokio::spawn(async move {
+        let served = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+            .await;
+        if let Err(error) = served {
+            tracing::error!(%error, "KEDA's External Scaler service stopped");
+        }
+    }))
 }
 
 impl Scaler {

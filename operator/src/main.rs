@@ -12,12 +12,9 @@ use kube::runtime::events::{Recorder, Reporter};
 use nereid_operator::args::Args;
 use nereid_operator::autoscaling::scraper::{self, Board};
 use nereid_operator::context::Context;
-use nereid_operator::external_metrics::api::{self, ApiState};
-use nereid_operator::external_metrics::{self, Credentials, Inputs, ServeSettings};
-use nereid_operator::external_scaler::Scaler;
 use nereid_operator::leader::LeaderElector;
 use nereid_operator::metrics::Metrics;
-use nereid_operator::{controller, health};
+use nereid_operator::{controller, external_metrics, external_scaler, health};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
@@ -80,12 +77,17 @@ async fn run(args: Args) -> Result<()> {
         metrics.clone(),
         stop.clone(),
     ));
+    let window_secs = args.autoscaling.metrics_window_secs;
     let external_metrics_task = match args.autoscaling.external_metrics() {
-        Some(settings) => Some(start_external_metrics(&client, &args, settings, board.clone(), &stop).await?),
+        Some(settings) => Some(external_metrics::start(&client, settings, board.clone(), window_secs, &stop).await?),
         None => None,
     };
     let keda_task = match args.autoscaling.keda_scaler_address {
-        Some(address) => Some(start_keda_scaler(address, &args, board.clone(), &stop).await?),
+        Some(address) => {
+            let poll = args.autoscaling.scrape_settings().interval;
+            let started = external_scaler::start(address, board.clone(), poll, &stop).await;
+            Some(started.with_context(|| format!("cannot listen on {address} for KEDA's External Scaler service"))?)
+        }
         None => None,
     };
 
@@ -160,71 +162,6 @@ async fn run(args: Args) -> Result<()> {
         bail!(e);
     }
     Ok(())
-}
-
-/// Reads the certificate and the request-header settings, builds the TLS
-/// configuration, keeps both fresh, and starts serving `external.metrics.k8s.io`. Asked for but impossible (no
-/// certificate, no request-header CA in the cluster) is an error at start,
-/// not an autoscaler that silently never gets a metric.
-async fn start_external_metrics(
-    client: &Client,
-    args: &Args,
-    settings: ServeSettings,
-    board: Arc<Board>,
-    stop: &CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>> {
-    let inputs = Inputs::read(client, &settings)
-        .await
-        .context("the external metrics API needs its certificate and kube-apiserver's request-header settings")?;
-    let credentials = Credentials::build(&inputs).context("the external metrics API's credentials")?;
-    let (credentials_tx, credentials) = tokio::sync::watch::channel(Arc::new(credentials));
-    tokio::spawn(external_metrics::keep_fresh(
-        client.clone(),
-        settings.clone(),
-        inputs,
-        credentials_tx,
-        stop.clone(),
-    ));
-    let state = Arc::new(ApiState {
-        client: client.clone(),
-        board,
-        credentials: credentials.clone(),
-        window_secs: args.autoscaling.metrics_window_secs,
-    });
-    let listener = tokio::net::TcpListener::bind(settings.address)
-        .await
-        .with_context(|| format!("cannot listen on {} for the external metrics API", settings.address))?;
-    tracing::info!(address = %settings.address, "serving external.metrics.k8s.io");
-    let shutdown = stop.clone().cancelled_owned();
-    Ok(tokio::spawn(async move {
-        if let Err(error) = external_metrics::serve(listener, credentials, api::router(state), shutdown).await {
-            tracing::error!(%error, "the external metrics API stopped");
-        }
-    }))
-}
-
-/// Starts serving KEDA's External Scaler protocol on `address`.
-async fn start_keda_scaler(
-    address: std::net::SocketAddr,
-    args: &Args,
-    board: Arc<Board>,
-    stop: &CancellationToken,
-) -> Result<tokio::task::JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .with_context(|| format!("cannot listen on {address} for KEDA's External Scaler service"))?;
-    tracing::info!(%address, "serving KEDA's External Scaler protocol");
-    let scaler = Scaler::new(board, args.autoscaling.scrape_settings().interval);
-    let shutdown = stop.clone().cancelled_owned();
-    Ok(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(scaler.into_service())
-            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), shutdown)
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "KEDA's External Scaler service stopped");
-        }
-    }))
 }
 
 /// Resolves on SIGTERM or SIGINT.
