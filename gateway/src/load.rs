@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// When an endpoint that keeps failing is left out, and for how long.
@@ -41,6 +41,9 @@ impl Default for Ejection {
 pub struct EndpointLoad {
     outstanding: AtomicU32,
     queue_depth: AtomicU32,
+    /// Set while an ejection may be running, so that a pick checks a flag,
+    /// not the lock, for the healthy endpoints it looks at.
+    ejected: AtomicBool,
     failures: Mutex<Failures>,
 }
 
@@ -88,6 +91,7 @@ impl EndpointLoad {
     pub fn succeeded(&self) {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         *failures = Failures::default();
+        self.ejected.store(false, Ordering::Release);
     }
 
     /// A failure that says the endpoint, not the request, is at fault.
@@ -103,11 +107,15 @@ impl EndpointLoad {
         failures.ejected_until = Some(now + backoff);
         failures.ejections = failures.ejections.saturating_add(1);
         failures.consecutive = 0;
+        self.ejected.store(true, Ordering::Release);
         true
     }
 
     /// Not ejected at `now`.
     pub fn available(&self, now: Instant) -> bool {
+        if !self.ejected.load(Ordering::Acquire) {
+            return true;
+        }
         let failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         failures.ejected_until.is_none_or(|until| now >= until)
     }

@@ -23,13 +23,40 @@ pub trait Picker: Send + Sync {
     fn pick(&self, endpoints: &[Arc<EndpointLoad>], now: Instant) -> Option<usize>;
 }
 
-/// The endpoints not ejected at `now`, or all of them when every one is.
-fn candidates(endpoints: &[Arc<EndpointLoad>], now: Instant) -> Vec<usize> {
-    let available: Vec<usize> = (0..endpoints.len()).filter(|&i| endpoints[i].available(now)).collect();
-    if available.is_empty() {
-        (0..endpoints.len()).collect()
-    } else {
-        available
+/// The indices a pick chooses among: those not ejected at `now`, or all of
+/// them when every one is.
+enum Candidates {
+    /// Every endpoint (the usual case: nothing ejected), without allocating.
+    All(usize),
+    These(Vec<usize>),
+}
+
+impl Candidates {
+    fn of(endpoints: &[Arc<EndpointLoad>], now: Instant) -> Candidates {
+        if endpoints.iter().all(|e| e.available(now)) {
+            return Candidates::All(endpoints.len());
+        }
+        let available: Vec<usize> = (0..endpoints.len()).filter(|&i| endpoints[i].available(now)).collect();
+        if available.is_empty() {
+            Candidates::All(endpoints.len())
+        } else {
+            Candidates::These(available)
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Candidates::All(n) => *n,
+            Candidates::These(these) => these.len(),
+        }
+    }
+
+    /// The endpoint index of the `i`th candidate.
+    fn get(&self, i: usize) -> usize {
+        match self {
+            Candidates::All(_) => i,
+            Candidates::These(these) => these[i],
+        }
     }
 }
 
@@ -64,15 +91,15 @@ impl PowerOfTwoChoices {
 
 impl Picker for PowerOfTwoChoices {
     fn pick(&self, endpoints: &[Arc<EndpointLoad>], now: Instant) -> Option<usize> {
-        let candidates = candidates(endpoints, now);
+        let candidates = Candidates::of(endpoints, now);
         match candidates.len() {
             0 => None,
-            1 => Some(candidates[0]),
+            1 => Some(candidates.get(0)),
             n => {
                 let first = self.below(n);
                 // A second, different one: shift by 1..n.
                 let second = (first + 1 + self.below(n - 1)) % n;
-                let (a, b) = (candidates[first], candidates[second]);
+                let (a, b) = (candidates.get(first), candidates.get(second));
                 // Ties go to the first sample, itself random.
                 Some(if endpoints[b].estimate() < endpoints[a].estimate() {
                     b
@@ -92,11 +119,11 @@ pub struct RoundRobin {
 
 impl Picker for RoundRobin {
     fn pick(&self, endpoints: &[Arc<EndpointLoad>], now: Instant) -> Option<usize> {
-        let candidates = candidates(endpoints, now);
-        if candidates.is_empty() {
+        let candidates = Candidates::of(endpoints, now);
+        if candidates.len() == 0 {
             return None;
         }
-        Some(candidates[self.next.fetch_add(1, Ordering::Relaxed) % candidates.len()])
+        Some(candidates.get(self.next.fetch_add(1, Ordering::Relaxed) % candidates.len()))
     }
 }
 

@@ -60,11 +60,12 @@ pub enum RouteError {
     NoReadyEndpoints { model: String, pods: usize },
 }
 
-/// Every routable model.
+/// Every routable model, indexed by name (what a request gives) and then
+/// by namespace, so a lookup never scans the other models.
 #[derive(Debug, Default)]
 pub struct Registry {
     default_namespace: Option<String>,
-    models: BTreeMap<ModelKey, ModelEntry>,
+    models: BTreeMap<String, Vec<(ModelKey, ModelEntry)>>,
 }
 
 impl Registry {
@@ -79,7 +80,7 @@ impl Registry {
     /// Sets a model's ready endpoints and pod count, keeping the load of
     /// every address it already had.
     pub fn set_endpoints(&mut self, model: ModelKey, ready: &[SocketAddr], pods: usize) {
-        let previous = self.models.remove(&model).unwrap_or_default();
+        let previous = self.take(&model).unwrap_or_default();
         let mut addresses = ready.to_vec();
         addresses.sort();
         addresses.dedup();
@@ -95,17 +96,29 @@ impl Registry {
                     .unwrap_or_else(EndpointLoad::new),
             })
             .collect();
-        self.models.insert(model, ModelEntry { endpoints, pods });
+        let namespaces = self.models.entry(model.name.clone()).or_default();
+        namespaces.push((model, ModelEntry { endpoints, pods }));
+        namespaces.sort_by(|(a, _), (b, _)| a.namespace.cmp(&b.namespace));
     }
 
     /// Forgets a model that was deleted.
     pub fn remove(&mut self, model: &ModelKey) {
-        self.models.remove(model);
+        self.take(model);
+    }
+
+    fn take(&mut self, model: &ModelKey) -> Option<ModelEntry> {
+        let namespaces = self.models.get_mut(&model.name)?;
+        let index = namespaces.iter().position(|(key, _)| key == model)?;
+        let (_, entry) = namespaces.remove(index);
+        if namespaces.is_empty() {
+            self.models.remove(&model.name);
+        }
+        Some(entry)
     }
 
     /// Every model, for the repository index.
     pub fn models(&self) -> impl Iterator<Item = (&ModelKey, &ModelEntry)> {
-        self.models.iter()
+        self.models.values().flatten().map(|(key, entry)| (key, entry))
     }
 
     /// The model `requested` names, with at least one ready endpoint.
@@ -121,26 +134,21 @@ impl Registry {
     }
 
     fn find(&self, requested: &str) -> Result<(&ModelKey, &ModelEntry), RouteError> {
-        if let Some((namespace, name)) = requested.split_once('/') {
-            let key = ModelKey {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-            };
-            return self
-                .models
-                .get_key_value(&key)
-                .ok_or_else(|| RouteError::Unknown(requested.to_string()));
+        let unknown = || RouteError::Unknown(requested.to_string());
+        let (namespace, name) = match requested.split_once('/') {
+            Some((namespace, name)) => (Some(namespace), name),
+            None => (None, requested),
+        };
+        let holders = self.models.get(name).ok_or_else(unknown)?;
+        let in_namespace = |wanted: &str| holders.iter().find(|(key, _)| key.namespace == wanted);
+        if let Some(namespace) = namespace {
+            return in_namespace(namespace).map(|(k, e)| (k, e)).ok_or_else(unknown);
         }
-        let holders: Vec<(&ModelKey, &ModelEntry)> = self.models.iter().filter(|(k, _)| k.name == requested).collect();
-        if let Some(preferred) = holders
-            .iter()
-            .find(|(k, _)| Some(&k.namespace) == self.default_namespace.as_ref())
-        {
-            return Ok(*preferred);
+        if let Some((key, entry)) = self.default_namespace.as_deref().and_then(in_namespace) {
+            return Ok((key, entry));
         }
         match holders.as_slice() {
-            [] => Err(RouteError::Unknown(requested.to_string())),
-            [one] => Ok(*one),
+            [(key, entry)] => Ok((key, entry)),
             many => Err(RouteError::Ambiguous {
                 name: requested.to_string(),
                 namespaces: many.iter().map(|(k, _)| k.namespace.clone()).collect(),
