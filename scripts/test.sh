@@ -16,6 +16,11 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$repo/scripts/setup.sh"
 cd "$repo"
 
+# One build of the whole workspace gains nothing from incremental artifacts,
+# which would otherwise take as much disk as the build itself (CI's disk is
+# not large, and once ran out during clippy).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+
 echo "== e2e/tools.sh (the control plane's binaries, built once and cached)" >&2
 NEREID_E2E_BIN=$("$repo/e2e/tools.sh")
 export NEREID_E2E_BIN NEREID_E2E=required
