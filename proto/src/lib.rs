@@ -31,6 +31,12 @@ pub mod inference {
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
 }
 
+/// The response header (HTTP) and initial metadata (gRPC) in which
+/// nereid-server answers an inference with the number of requests of that
+/// model still waiting in its queue: nereid-gateway's load signal for the
+/// pod, fresher than any scrape and free to read from the proxied answer.
+pub const QUEUE_DEPTH_HEADER: &str = "nereid-queue-depth";
+
 /// KEDA's External Scaler protocol (proto package `externalscaler`), which
 /// the operator serves for ScaledObjects with an `external` trigger.
 #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs, rustdoc::all)]

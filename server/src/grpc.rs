@@ -22,6 +22,7 @@ use nereid_proto::inference::model_repository_parameter::ParameterChoice as Repo
 use nereid_proto::inference::repository_index_response::ModelIndex;
 use nereid_proto::inference::*;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
 use self::budget::{BudgetLayer, take_reservation};
@@ -163,7 +164,14 @@ impl GrpcInferenceService for InferenceService {
         request.reservation = reservation;
         request.trace_parent = trace_parent;
         let response = self.server.infer(request).await.map_err(to_status)?;
-        Ok(Response::new(convert::response(response)))
+        let queue_depth = response.queue_depth;
+        let mut reply = Response::new(convert::response(response));
+        if let Some(depth) = queue_depth {
+            reply
+                .metadata_mut()
+                .insert(nereid_proto::QUEUE_DEPTH_HEADER, MetadataValue::from(depth));
+        }
+        Ok(reply)
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;

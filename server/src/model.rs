@@ -181,6 +181,7 @@ impl Model {
             id,
             outputs,
             parameters: Default::default(),
+            queue_depth: self.statistics.queue_depth(),
         })
     }
 

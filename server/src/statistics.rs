@@ -99,6 +99,12 @@ impl ModelStatistics {
         &self.metrics
     }
 
+    /// Requests waiting in the queue now (`None` when metrics are off: the
+    /// gauge is the count).
+    pub fn queue_depth(&self) -> Option<u32> {
+        self.metrics.queue_depth()
+    }
+
     /// Counts a request as waiting in the queue until the guard drops.
     pub fn pending(&self) -> GaugeGuard {
         self.metrics.pending()

@@ -215,3 +215,44 @@ async fn queue_timeouts_and_limits_are_honoured() {
 async fn infer_owned(url: String, body: Value) -> (u16, Value) {
     infer(&url, body).await
 }
+
+/// Each answer tells how many requests of its model still wait in the
+/// queue, the load signal nereid-gateway balances on.
+#[tokio::test]
+async fn answers_report_the_queue_depth_they_leave_behind() {
+    let repo = scratch("queue-depth");
+    write_model(
+        &repo,
+        "slow",
+        r#"name: "slow"
+backend: "identity"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "execute_delay_ms" value: { string_value: "150" } }
+"#,
+    );
+    let server = TestServer::start(&repo, &[]);
+    let url = format!("{}/v2/models/slow/infer", server.http);
+    let depth_of = |url: String| async move {
+        let body = json!({"inputs": [{"name": "INPUT0", "shape": [1], "datatype": "FP32", "data": [1.0]}]});
+        let response = reqwest::Client::new().post(url).json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let depth = response.headers()[nereid_proto::QUEUE_DEPTH_HEADER]
+            .to_str()
+            .unwrap()
+            .to_string();
+        depth.parse::<u32>().unwrap()
+    };
+    // Four at once on one instance: the first answer leaves the others
+    // waiting or executing, the last leaves an empty queue.
+    let tasks: Vec<_> = (0..4).map(|_| tokio::spawn(depth_of(url.clone()))).collect();
+    let mut depths = Vec::new();
+    for task in tasks {
+        depths.push(task.await.unwrap());
+    }
+    depths.sort_unstable();
+    assert_eq!(depths[0], 0, "{depths:?}");
+    assert!(depths[3] >= 1, "{depths:?}");
+    assert!(server.terminate().success());
+}

@@ -54,6 +54,7 @@ pub(super) async fn infer(
     request.trace_parent = request::trace_parent(|name| headers.get(name)?.to_str().ok());
     let response = s.server.infer(request).await?;
     let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
+    let queue_depth = response.queue_depth;
     let compress = compression::accepted(headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
     let encode = move || {
         let encoded = infer_codec::encode(&response, &binary_outputs);
@@ -82,6 +83,9 @@ pub(super) async fn infer(
     }
     if let Some(encoding) = compress {
         reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
+    }
+    if let Some(depth) = queue_depth {
+        reply.insert(nereid_proto::QUEUE_DEPTH_HEADER, HeaderValue::from(depth));
     }
     // The answer is counted in the budget until it has been sent; it exists
     // already, so it is counted, never refused.

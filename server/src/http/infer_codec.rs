@@ -348,7 +348,7 @@ mod tests {
                 Tensor::new("A", DataType::Int32, vec![1], Bytes::from_static(&[5, 0, 0, 0])),
                 Tensor::new("B", DataType::Int32, vec![1], Bytes::from_static(&[6, 0, 0, 0])),
             ],
-            parameters: Default::default(),
+            ..InferResponse::default()
         };
         let mut binary = BinaryOutputs::default();
         binary.listed.insert("A".into(), true);

@@ -203,6 +203,11 @@ impl ModelMetrics {
         self.hold(|h| &h.pending, 1)
     }
 
+    /// The pending gauge's value.
+    pub fn queue_depth(&self) -> Option<u32> {
+        self.0.as_ref().map(|h| u32::try_from(h.pending.get()).unwrap_or(0))
+    }
+
     /// Counts `n` requests in an execution until the guard drops.
     pub fn executing(&self, n: usize) -> GaugeGuard {
         self.hold(|h| &h.executing, i64::try_from(n).unwrap_or(i64::MAX))
