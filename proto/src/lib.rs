@@ -37,6 +37,12 @@ pub mod inference {
 /// pod, fresher than any scrape and free to read from the proxied answer.
 pub const QUEUE_DEPTH_HEADER: &str = "nereid-queue-depth";
 
+/// The response header (HTTP) and metadata key (gRPC) with which
+/// nereid-server marks a refusal that ran nothing of the request because the
+/// server is starting or shutting down: nereid-gateway then sends the
+/// request to another pod, which it does for no other error.
+pub const NOT_SERVING_HEADER: &str = "nereid-not-serving";
+
 /// KEDA's External Scaler protocol (proto package `externalscaler`), which
 /// the operator serves for ScaledObjects with an `external` trigger.
 #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs, rustdoc::all)]

@@ -12,8 +12,13 @@ pub enum ErrorKind {
     InvalidArgument,
     /// The model or version is not known (HTTP 400, gRPC NOT_FOUND/UNAVAILABLE as Triton maps it).
     NotFound,
-    /// The model exists but cannot serve now: not loaded, queue full, shutting down.
+    /// The model exists but cannot serve now: not loaded, queue full.
     Unavailable,
+    /// The server is starting or shutting down and ran nothing of the
+    /// request: HTTP 503 and gRPC UNAVAILABLE like [`ErrorKind::Unavailable`],
+    /// marked with [`nereid_proto::NOT_SERVING_HEADER`] so that a router may
+    /// send the request to another replica.
+    NotServing,
     /// The request asks for something the server does not support.
     Unsupported,
     /// The server failed while handling a valid request.
@@ -35,6 +40,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => "invalid_argument",
             ErrorKind::NotFound => "not_found",
             ErrorKind::Unavailable => "unavailable",
+            ErrorKind::NotServing => "not_serving",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Internal => "internal",
             ErrorKind::AlreadyExists => "already_exists",

@@ -45,6 +45,9 @@ const METRICS_CONNECTIONS: usize = 256;
 /// last termination to report `LoadFailed` (with the message below as the
 /// reason) rather than a generic crash loop; any other failure exits with 1.
 const LOAD_FAILED_EXIT_CODE: u8 = 3;
+/// How long, once nothing is in flight, shutdown waits for open connections
+/// to finish closing (the HTTP/2 GOAWAY exchange takes a round trip).
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
 /// `--exit-on-error` tripped: the models that failed and why.
 #[derive(Debug, thiserror::Error)]
@@ -183,11 +186,19 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
     server.set_ready(false);
     shutdown.cancel();
     // Done when the servers have closed every connection, or when no request
-    // is left in flight: idle keep-alive connections are not worth waiting for.
+    // is left in flight: idle keep-alive connections are not worth waiting for
+    // beyond a moment. That moment lets HTTP/2 clients finish the GOAWAY
+    // exchange, which tells them the requests they sent meanwhile were not
+    // processed, so a router can send those elsewhere instead of seeing the
+    // connection break under them.
     let drained = tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), async {
+        let closed = serving.closed();
+        tokio::pin!(closed);
         tokio::select! {
-            () = serving.closed() => {}
-            () = in_flight.idle() => {}
+            () = &mut closed => {}
+            () = in_flight.idle() => {
+                let _ = tokio::time::timeout(GOAWAY_GRACE, closed).await;
+            }
         }
     })
     .await;

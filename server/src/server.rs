@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nereid_proto::inference::ModelConfig;
 
 use crate::datatype::DataType;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::logging::{LogControl, LogSettings};
 use crate::model::Model;
 use crate::model_config::{input_datatype, output_datatype};
@@ -213,7 +213,7 @@ impl InferenceServer {
 
     pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse> {
         if !self.is_ready() {
-            return Err(Error::unavailable("Server not ready"));
+            return Err(Error::new(ErrorKind::NotServing, "Server not ready"));
         }
         let model = self.manager.get(&request.model_name, request.model_version)?;
         request.trace = self

@@ -1,5 +1,6 @@
 //! Core errors as gRPC statuses, mapped as Triton maps them.
 
+use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
 
 use crate::error::{Error, ErrorKind};
@@ -8,7 +9,7 @@ pub fn code(kind: ErrorKind) -> Code {
     match kind {
         ErrorKind::InvalidArgument => Code::InvalidArgument,
         ErrorKind::NotFound => Code::NotFound,
-        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Unavailable | ErrorKind::NotServing => Code::Unavailable,
         ErrorKind::Unsupported => Code::Unimplemented,
         ErrorKind::Internal => Code::Internal,
         ErrorKind::AlreadyExists => Code::AlreadyExists,
@@ -18,5 +19,11 @@ pub fn code(kind: ErrorKind) -> Code {
 }
 
 pub fn to_status(error: Error) -> Status {
-    Status::new(code(error.kind()), error.message())
+    let mut status = Status::new(code(error.kind()), error.message());
+    if error.kind() == ErrorKind::NotServing {
+        status
+            .metadata_mut()
+            .insert(nereid_proto::NOT_SERVING_HEADER, MetadataValue::from_static("1"));
+    }
+    status
 }

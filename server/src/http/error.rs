@@ -10,7 +10,9 @@ pub fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         ErrorKind::InvalidArgument | ErrorKind::AlreadyExists => StatusCode::BAD_REQUEST,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Unavailable | ErrorKind::ResourceExhausted => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Unavailable | ErrorKind::NotServing | ErrorKind::ResourceExhausted => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
         ErrorKind::PermissionDenied => StatusCode::FORBIDDEN,
         ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -29,7 +31,13 @@ impl From<Error> for HttpError {
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let body = Json(serde_json::json!({ "error": self.0.message() }));
-        (status(self.0.kind()), body).into_response()
+        let mut response = (status(self.0.kind()), body).into_response();
+        if self.0.kind() == ErrorKind::NotServing {
+            response
+                .headers_mut()
+                .insert(nereid_proto::NOT_SERVING_HEADER, http::HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 

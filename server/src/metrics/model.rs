@@ -49,7 +49,7 @@ impl FailureReason {
     /// The reason of a request's error.
     pub fn of(error: &Error) -> Self {
         match error.kind() {
-            ErrorKind::Unavailable | ErrorKind::ResourceExhausted => FailureReason::Rejected,
+            ErrorKind::Unavailable | ErrorKind::NotServing | ErrorKind::ResourceExhausted => FailureReason::Rejected,
             ErrorKind::Internal => FailureReason::Backend,
             ErrorKind::InvalidArgument
             | ErrorKind::NotFound
