@@ -5,9 +5,9 @@
 //! Service balances connections, so a gRPC client's one HTTP/2 connection
 //! would otherwise pin all its requests to one pod.
 //!
-//! This is the routing core, built first and on its own so that other front
-//! ends (an Envoy ext-proc endpoint picker for the Gateway API Inference
-//! Extension) can reuse it; the proxy, discovery and chart come next.
+//! The routing core stands on its own so that other front ends (an Envoy
+//! ext-proc endpoint picker for the Gateway API Inference Extension) can
+//! reuse it:
 //!
 //! - [`load`]: what the gateway knows of one endpoint: requests it has in
 //!   flight there, the queue depth the pod last reported, and whether
@@ -19,11 +19,59 @@
 //!   gRPC message's field 1, without decoding tensors.
 //! - [`registry`]: the routable models and their endpoints, and how a name
 //!   (plain or `namespace/name`) finds one, ambiguity being an error.
+//! - [`router`]: the registry, picker and ejection policy as one call per
+//!   request attempt.
+//!
+//! The proxy around it:
+//!
+//! - [`discovery`]: the registry kept up to date from InferenceModels,
+//!   ModelEnsembles and EndpointSlices.
+//! - [`forward`]: pooled connections to pods, retries when a pod cannot be
+//!   reached; [`request_body`] and [`reply_body`]: bodies passed through
+//!   without copying.
+//! - [`grpc_front`], [`http_front`], [`admin_front`]: the three ports, served
+//!   by [`listen`].
+//! - [`metrics`]: `nereid_gateway_*` for Prometheus.
 
+pub mod admin_front;
+pub mod args;
+pub mod discovery;
+pub mod forward;
+pub mod grpc_front;
+pub mod grpc_reply;
+pub mod http_front;
+pub mod listen;
 pub mod load;
+pub mod metrics;
 pub mod model_name;
 pub mod picker;
+pub mod pool;
 pub mod registry;
+pub mod reply_body;
+pub mod request_body;
+pub mod router;
+pub mod state;
 
 pub use load::{Ejection, EndpointLoad, InFlight};
 pub use picker::{Picker, PowerOfTwoChoices, RoundRobin};
+
+/// The header (HTTP) or metadata key (gRPC) that names the namespace of the
+/// model a request is for, when its plain name is not enough. In an HTTP
+/// path, `namespace%2Fname` does the same.
+pub const NAMESPACE_HEADER: &str = "nereid-namespace";
+
+/// The protocol of a request, which decides the port and connection pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Grpc,
+    Http,
+}
+
+impl Protocol {
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http",
+        }
+    }
+}

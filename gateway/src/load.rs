@@ -44,6 +44,9 @@ pub struct EndpointLoad {
     /// Set while an ejection may be running, so that a pick checks a flag,
     /// not the lock, for the healthy endpoints it looks at.
     ejected: AtomicBool,
+    /// Set while failures are on record, so that a success checks a flag,
+    /// not the lock.
+    troubled: AtomicBool,
     failures: Mutex<Failures>,
 }
 
@@ -87,8 +90,19 @@ impl EndpointLoad {
         self.queue_depth.store(depth, Ordering::Relaxed);
     }
 
+    /// The queue depth the pod last reported.
+    pub fn queue_depth(&self) -> u32 {
+        self.queue_depth.load(Ordering::Relaxed)
+    }
+
     /// A request reached the server and was answered: the record is clean.
+    /// Free (one atomic read) for an endpoint with no failures on record,
+    /// which is every answer of a healthy pod.
     pub fn succeeded(&self) {
+        if !self.troubled.load(Ordering::Acquire) {
+            return;
+        }
+        self.troubled.store(false, Ordering::Release);
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         *failures = Failures::default();
         self.ejected.store(false, Ordering::Release);
@@ -98,6 +112,7 @@ impl EndpointLoad {
     /// Returns true when this failure ejected it.
     pub fn failed(&self, now: Instant, policy: &Ejection) -> bool {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        self.troubled.store(true, Ordering::Release);
         failures.consecutive += 1;
         if failures.consecutive < policy.threshold {
             return false;

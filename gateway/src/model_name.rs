@@ -83,6 +83,11 @@ pub enum FrameError {
 /// The model named in the first gRPC message of `body` (the 5-byte gRPC
 /// frame header, then the protobuf message), or `None` when the message
 /// has no field 1 (an empty name).
+///
+/// `body` may hold only the start of the message: the name is usually its
+/// first field, so a large request is routed from its first chunk without
+/// waiting for (or joining) the rest. [`FrameError::Incomplete`] asks for
+/// more; a message that is whole and still runs short is malformed.
 pub fn from_grpc_message(body: &[u8]) -> Result<Option<&str>, FrameError> {
     let header = body.get(..5).ok_or(FrameError::Incomplete)?;
     match header[0] {
@@ -91,52 +96,61 @@ pub fn from_grpc_message(body: &[u8]) -> Result<Option<&str>, FrameError> {
         _ => return Err(FrameError::Malformed("the compressed flag is neither 0 nor 1")),
     }
     let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-    let mut message = body.get(5..5 + length).ok_or(FrameError::Incomplete)?;
+    let available = &body[5..];
+    let complete = available.len() >= length;
+    let short = |what| {
+        if complete {
+            FrameError::Malformed(what)
+        } else {
+            FrameError::Incomplete
+        }
+    };
+    let read_varint = |bytes| varint(bytes).map_err(|e| e.unwrap_or_else(|| short("a varint runs past the end")));
+    let mut message = &available[..available.len().min(length)];
     while !message.is_empty() {
-        let (key, rest) = varint(message)?;
+        let (key, rest) = read_varint(message)?;
         message = rest;
         let (field, wire_type) = (key >> 3, key & 7);
         match wire_type {
-            0 => message = varint(message)?.1,
-            1 => {
-                message = message
-                    .get(8..)
-                    .ok_or(FrameError::Malformed("a fixed64 runs past the end"))?
-            }
-            5 => {
-                message = message
-                    .get(4..)
-                    .ok_or(FrameError::Malformed("a fixed32 runs past the end"))?
-            }
+            0 => message = read_varint(message)?.1,
+            1 => message = message.get(8..).ok_or_else(|| short("a fixed64 runs past the end"))?,
+            5 => message = message.get(4..).ok_or_else(|| short("a fixed32 runs past the end"))?,
             2 => {
-                let (length, rest) = varint(message)?;
+                let (length, rest) = read_varint(message)?;
                 let length = usize::try_from(length).map_err(|_| FrameError::Malformed("a field is too long"))?;
-                let value = rest
-                    .get(..length)
-                    .ok_or(FrameError::Malformed("a field runs past the end"))?;
                 if field == 1 {
+                    let value = rest.get(..length).ok_or_else(|| short("a field runs past the end"))?;
                     let name =
                         std::str::from_utf8(value).map_err(|_| FrameError::Malformed("the name is not UTF-8"))?;
                     return Ok(Some(name));
                 }
-                message = &rest[length..];
+                message = rest.get(length..).ok_or_else(|| short("a field runs past the end"))?;
             }
             _ => return Err(FrameError::Malformed("an unknown wire type")),
         }
     }
-    Ok(None)
+    if complete {
+        Ok(None)
+    } else {
+        Err(FrameError::Incomplete)
+    }
 }
 
-/// A protobuf varint at the start of `bytes`, and what follows it.
-fn varint(bytes: &[u8]) -> Result<(u64, &[u8]), FrameError> {
+/// A protobuf varint at the start of `bytes`, and what follows it; `None`
+/// in the error when the bytes end first (the caller knows whether more
+/// may come), a malformed error when it runs over ten bytes.
+fn varint(bytes: &[u8]) -> Result<(u64, &[u8]), Option<FrameError>> {
     let mut value = 0u64;
-    for (index, byte) in bytes.iter().enumerate().take(10) {
+    for (index, byte) in bytes.iter().enumerate() {
+        if index == 10 {
+            return Err(Some(FrameError::Malformed("a varint runs over ten bytes")));
+        }
         value |= u64::from(byte & 0x7f) << (7 * index);
         if byte & 0x80 == 0 {
             return Ok((value, &bytes[index + 1..]));
         }
     }
-    Err(FrameError::Malformed("a varint runs past the end or over ten bytes"))
+    Err(None)
 }
 
 #[cfg(test)]
@@ -227,6 +241,21 @@ mod tests {
             version: String::new(),
         };
         assert_eq!(from_grpc_message(&grpc(ready.encode_to_vec())), Ok(Some("bert")));
+    }
+
+    #[test]
+    fn the_start_of_a_large_message_is_enough_when_the_name_comes_first() {
+        let tensor = vec![7u8; 100_000];
+        let name_first = frame(&[(1, b"resnet"), (6, &tensor)]);
+        assert_eq!(from_grpc_message(&name_first[..64]), Ok(Some("resnet")));
+        let tensor_first = frame(&[(6, &tensor), (1, b"resnet")]);
+        assert_eq!(from_grpc_message(&tensor_first[..64]), Err(FrameError::Incomplete));
+        // Cut inside the name's length or bytes: more is needed, nothing is wrong.
+        assert_eq!(from_grpc_message(&name_first[..10]), Err(FrameError::Incomplete));
+        let long_varint = [
+            0, 0, 0, 0, 20, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        ];
+        assert!(matches!(from_grpc_message(&long_varint), Err(FrameError::Malformed(_))));
     }
 
     #[test]

@@ -32,10 +32,25 @@ impl std::fmt::Display for ModelKey {
     }
 }
 
+/// Where one pod serves each protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Address {
+    pub http: SocketAddr,
+    pub grpc: SocketAddr,
+}
+
+impl std::fmt::Display for Address {
+    /// The HTTP address, as endpoints are named in metrics and errors (a
+    /// pod's IP alone would not tell apart two pods on one host).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.http)
+    }
+}
+
 /// One ready pod of a model.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
-    pub address: SocketAddr,
+    pub address: Address,
     pub load: Arc<EndpointLoad>,
 }
 
@@ -44,6 +59,9 @@ pub struct Endpoint {
 pub struct ModelEntry {
     /// The ready endpoints, in address order.
     pub endpoints: Vec<Endpoint>,
+    /// Their loads, in the same order: the slice a picker reads, kept so
+    /// that a pick allocates nothing.
+    pub loads: Vec<Arc<EndpointLoad>>,
     /// Pods the model has, ready or not (for the error when none is ready).
     pub pods: usize,
 }
@@ -58,6 +76,17 @@ pub enum RouteError {
     Ambiguous { name: String, namespaces: Vec<String> },
     #[error("no ready replicas of model {model}: 0/{pods} ready")]
     NoReadyEndpoints { model: String, pods: usize },
+}
+
+/// One model as the repository index lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// The name a request can use: the plain name unless that is
+    /// ambiguous, then `namespace/name`.
+    pub name: String,
+    pub ready: bool,
+    /// Why it is not ready ("0/2 ready"), empty when it is.
+    pub reason: String,
 }
 
 /// Every routable model, indexed by name (what a request gives) and then
@@ -79,7 +108,7 @@ impl Registry {
 
     /// Sets a model's ready endpoints and pod count, keeping the load of
     /// every address it already had.
-    pub fn set_endpoints(&mut self, model: ModelKey, ready: &[SocketAddr], pods: usize) {
+    pub fn set_endpoints(&mut self, model: ModelKey, ready: &[Address], pods: usize) {
         let previous = self.take(&model).unwrap_or_default();
         let mut addresses = ready.to_vec();
         addresses.sort();
@@ -95,9 +124,10 @@ impl Registry {
                     .map(|e| Arc::clone(&e.load))
                     .unwrap_or_else(EndpointLoad::new),
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let loads = endpoints.iter().map(|e| Arc::clone(&e.load)).collect();
         let namespaces = self.models.entry(model.name.clone()).or_default();
-        namespaces.push((model, ModelEntry { endpoints, pods }));
+        namespaces.push((model, ModelEntry { endpoints, loads, pods }));
         namespaces.sort_by(|(a, _), (b, _)| a.namespace.cmp(&b.namespace));
     }
 
@@ -119,6 +149,33 @@ impl Registry {
     /// Every model, for the repository index.
     pub fn models(&self) -> impl Iterator<Item = (&ModelKey, &ModelEntry)> {
         self.models.values().flatten().map(|(key, entry)| (key, entry))
+    }
+
+    /// Every model, by the name that finds it, for the repository index.
+    pub fn index(&self) -> Vec<IndexEntry> {
+        let mut entries = Vec::new();
+        for holders in self.models.values() {
+            for (key, entry) in holders {
+                let plain = holders.len() == 1 || Some(&key.namespace) == self.default_namespace.as_ref();
+                let ready = !entry.endpoints.is_empty();
+                entries.push(IndexEntry {
+                    name: if plain { key.name.clone() } else { key.to_string() },
+                    ready,
+                    reason: if ready {
+                        String::new()
+                    } else {
+                        format!("0/{} ready", entry.pods)
+                    },
+                });
+            }
+        }
+        entries
+    }
+
+    /// Some model with a ready endpoint, for the server-level calls any
+    /// pod can answer (server metadata).
+    pub fn any_ready(&self) -> Option<(&ModelKey, &ModelEntry)> {
+        self.models().find(|(_, entry)| !entry.endpoints.is_empty())
     }
 
     /// The model `requested` names, with at least one ready endpoint.
@@ -168,8 +225,11 @@ mod tests {
         }
     }
 
-    fn address(last: u8) -> SocketAddr {
-        SocketAddr::from(([10, 0, 0, last], 8000))
+    fn address(last: u8) -> Address {
+        Address {
+            http: SocketAddr::from(([10, 0, 0, last], 8000)),
+            grpc: SocketAddr::from(([10, 0, 0, last], 8001)),
+        }
     }
 
     fn registry(default: Option<&str>) -> Registry {
@@ -223,6 +283,38 @@ mod tests {
             }
         );
         assert_eq!(error.to_string(), "no ready replicas of model ml/bert: 0/2 ready");
+    }
+
+    #[test]
+    fn the_index_names_each_model_so_that_the_name_finds_it() {
+        let names = |registry: &Registry| {
+            registry
+                .index()
+                .into_iter()
+                .map(|e| (e.name, e.ready, e.reason))
+                .collect::<Vec<_>>()
+        };
+        let entry = |name: &str, ready: bool, reason: &str| (name.to_string(), ready, reason.to_string());
+        assert_eq!(
+            names(&registry(None)),
+            [
+                entry("bert", false, "0/2 ready"),
+                entry("ml/resnet", true, ""),
+                entry("team/resnet", true, "")
+            ]
+        );
+        assert_eq!(
+            names(&registry(Some("team"))),
+            [
+                entry("bert", false, "0/2 ready"),
+                entry("ml/resnet", true, ""),
+                entry("resnet", true, "")
+            ]
+        );
+        let registry = registry(Some("team"));
+        for (name, _, _) in names(&registry).into_iter().filter(|(_, ready, _)| *ready) {
+            assert!(registry.resolve(&name).is_ok(), "{name}");
+        }
     }
 
     #[test]

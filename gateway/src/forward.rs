@@ -1,0 +1,303 @@
+//! Sending a request to a pod of its model: an endpoint picked per attempt,
+//! the pod's HTTP/2 connection from the [`Pool`], and a retry on another
+//! endpoint only when the request was not sent, so a request never runs
+//! twice.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderName};
+use http::{HeaderMap, Method, Request, Response, Uri, Version};
+use hyper::body::Incoming;
+use thiserror::Error;
+
+use crate::Protocol;
+use crate::metrics::{Failure, Metrics};
+use crate::pool::{Pool, SendError};
+use crate::registry::{Address, RouteError};
+use crate::reply_body::{Answer, Reply};
+use crate::request_body::Outgoing;
+use crate::router::Router;
+
+/// A request's body as the front end read it.
+#[derive(Debug)]
+pub enum Payload {
+    /// Read whole: can be sent again.
+    Whole(Vec<Bytes>),
+    /// A stream: sent once, to one pod, for its whole life.
+    Streaming(Vec<Bytes>, Incoming),
+}
+
+/// One request to forward.
+#[derive(Debug)]
+pub struct Forward<'a> {
+    pub protocol: Protocol,
+    /// The model name to resolve (plain or `namespace/name`).
+    pub model: &'a str,
+    pub method: Method,
+    /// The path and query to send, with the model name as the pod knows it.
+    pub path: &'a str,
+    pub headers: HeaderMap,
+    pub body: Payload,
+    /// When the request arrived, for the latency histogram.
+    pub started: Instant,
+}
+
+#[derive(Debug, Error)]
+pub enum ForwardError {
+    #[error(transparent)]
+    Route(#[from] RouteError),
+    #[error("no endpoint of model {model} could be reached ({attempts} tried); the last said: {last}")]
+    Unreachable {
+        model: String,
+        attempts: usize,
+        last: String,
+    },
+    #[error("the exchange with {endpoint} (model {model}) broke: {error}")]
+    Upstream {
+        model: String,
+        endpoint: String,
+        error: String,
+    },
+}
+
+/// How the gateway reaches pods.
+#[derive(Clone, Copy, Debug)]
+pub struct UpstreamOptions {
+    pub connect_timeout: Duration,
+    /// Attempts per request, the first included, when pods cannot be reached.
+    pub attempts: usize,
+}
+
+pub struct Upstream {
+    pool: Pool,
+    options: UpstreamOptions,
+}
+
+impl Upstream {
+    pub fn new(options: UpstreamOptions) -> Self {
+        Upstream {
+            pool: Pool::new(options.connect_timeout),
+            options,
+        }
+    }
+
+    /// Sends `request` to a pod of its model and returns the pod's answer,
+    /// streaming, or why no pod could take it.
+    pub async fn forward(
+        &self,
+        router: &Router,
+        metrics: &Metrics,
+        request: Forward<'_>,
+    ) -> Result<Response<Reply>, ForwardError> {
+        let Forward {
+            protocol,
+            model,
+            method,
+            path,
+            mut headers,
+            body,
+            started,
+        } = request;
+        strip_hop_by_hop(&mut headers, protocol);
+        // A whole body is sent as a copy of its chunk list (reference
+        // counts), so it can be sent again; a stream is handed back unsent
+        // when its attempt fails before sending.
+        let (whole, mut stream) = match body {
+            Payload::Whole(chunks) => (Some(chunks), None),
+            Payload::Streaming(head, rest) => (None, Some(Outgoing::streaming(head, rest))),
+        };
+        let mut tried: Vec<Address> = Vec::new();
+        let mut last_error = String::new();
+        // The model's full name, once resolved (for errors after retries).
+        let mut resolved = model.to_string();
+        loop {
+            let route = match router.route(model, &tried) {
+                Ok(route) => route,
+                Err(error) if tried.is_empty() => {
+                    let failure = match error {
+                        RouteError::NoReadyEndpoints { .. } => Failure::NoReadyEndpoints,
+                        _ => Failure::UnknownModel,
+                    };
+                    metrics.failed(model, failure);
+                    return Err(error.into());
+                }
+                // Every endpoint was tried.
+                Err(_) => {
+                    return Err(ForwardError::Unreachable {
+                        model: resolved,
+                        attempts: tried.len(),
+                        last: last_error,
+                    });
+                }
+            };
+            let address = route.address(protocol);
+            let last_attempt = tried.len() + 1 >= self.options.attempts;
+            let outgoing = match stream.take() {
+                Some(stream) => stream,
+                None => Outgoing::whole(whole.clone().unwrap_or_default()),
+            };
+            let upstream = build(&method, address, path, &headers, outgoing);
+            let in_flight = route.endpoint.load.start();
+            let model_label = route.model.to_string();
+            resolved.clone_from(&model_label);
+            match self.pool.send(address, upstream).await {
+                // A pod that is starting or going away ran nothing of it.
+                Ok(response)
+                    if response.headers().contains_key(nereid_proto::NOT_SERVING_HEADER)
+                        && whole.is_some()
+                        && !last_attempt =>
+                {
+                    route.endpoint.load.failed(Instant::now(), router.ejection());
+                    metrics.failed(&model_label, Failure::NotServing);
+                    last_error = format!("{address}: the server is not serving (starting or shutting down)");
+                    tried.push(route.endpoint.address);
+                    metrics.retried(&model_label);
+                }
+                Ok(response) => {
+                    route.endpoint.load.succeeded();
+                    if let Some(depth) = queue_depth(response.headers()) {
+                        route.endpoint.load.report_queue_depth(depth);
+                    }
+                    metrics.forwarded(&model_label, &route.endpoint.address.to_string(), protocol);
+                    let (mut parts, body) = response.into_parts();
+                    strip_hop_by_hop(&mut parts.headers, protocol);
+                    let latency = metrics.duration(&model_label, protocol);
+                    let answer = Answer::new(body, in_flight, latency, started);
+                    return Ok(Response::from_parts(parts, Reply::Forwarded(answer)));
+                }
+                Err(SendError::NotSent { reason, request }) => {
+                    route.endpoint.load.failed(Instant::now(), router.ejection());
+                    metrics.failed(&model_label, Failure::Connect);
+                    tracing::debug!(model = %model_label, %address, %reason, "request not sent; trying another pod");
+                    last_error = format!("{address}: {reason}");
+                    tried.push(route.endpoint.address);
+                    if whole.is_none() {
+                        stream = request.map(|r| r.into_body());
+                    }
+                    if last_attempt || (whole.is_none() && stream.is_none()) {
+                        return Err(ForwardError::Unreachable {
+                            model: model_label,
+                            attempts: tried.len(),
+                            last: last_error,
+                        });
+                    }
+                    metrics.retried(&model_label);
+                }
+                Err(SendError::Refused(reason)) if whole.is_some() && !last_attempt => {
+                    route.endpoint.load.failed(Instant::now(), router.ejection());
+                    metrics.failed(&model_label, Failure::NotServing);
+                    last_error = format!("{address}: {reason}");
+                    tried.push(route.endpoint.address);
+                    metrics.retried(&model_label);
+                }
+                Err(SendError::Refused(reason) | SendError::Failed(reason)) => {
+                    route.endpoint.load.failed(Instant::now(), router.ejection());
+                    metrics.failed(&model_label, Failure::Upstream);
+                    return Err(ForwardError::Upstream {
+                        model: model_label,
+                        endpoint: address.to_string(),
+                        error: reason,
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn build(method: &Method, address: SocketAddr, path: &str, headers: &HeaderMap, body: Outgoing) -> Request<Outgoing> {
+    let uri = Uri::builder()
+        .scheme("http")
+        .authority(address.to_string())
+        .path_and_query(path)
+        .build()
+        .expect("a socket address and a path the front end parsed make a URI");
+    let mut request = Request::new(body);
+    *request.method_mut() = method.clone();
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_2;
+    *request.headers_mut() = headers.clone();
+    request
+}
+
+/// The queue depth the pod reported with its answer.
+fn queue_depth(headers: &HeaderMap) -> Option<u32> {
+    headers
+        .get(nereid_proto::QUEUE_DEPTH_HEADER)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Removes the headers that belong to one connection, not to the request
+/// (RFC 9110 §7.6.1); gRPC keeps `te: trailers`, which it requires.
+fn strip_hop_by_hop(headers: &mut HeaderMap, protocol: Protocol) {
+    // Headers the Connection header names are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        header::HOST,
+        header::PROXY_AUTHORIZATION,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+    headers.remove("proxy-connection");
+    if protocol == Protocol::Http {
+        headers.remove(header::TE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_headers_stay_behind() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONNECTION, "keep-alive, x-hop".parse().unwrap());
+        headers.insert("x-hop", "1".parse().unwrap());
+        headers.insert("keep-alive", "timeout=5".parse().unwrap());
+        headers.insert(header::TE, "trailers".parse().unwrap());
+        headers.insert(header::HOST, "gateway".parse().unwrap());
+        headers.insert(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+                .parse()
+                .unwrap(),
+        );
+        headers.insert("grpc-timeout", "5S".parse().unwrap());
+        let mut grpc = headers.clone();
+        strip_hop_by_hop(&mut grpc, Protocol::Grpc);
+        let mut kept: Vec<&str> = grpc.keys().map(HeaderName::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["grpc-timeout", "te", "traceparent"]);
+        strip_hop_by_hop(&mut headers, Protocol::Http);
+        let mut kept: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["grpc-timeout", "traceparent"]);
+    }
+
+    #[test]
+    fn the_reported_queue_depth() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(queue_depth(&headers), None);
+        headers.insert(nereid_proto::QUEUE_DEPTH_HEADER, "7".parse().unwrap());
+        assert_eq!(queue_depth(&headers), Some(7));
+        headers.insert(nereid_proto::QUEUE_DEPTH_HEADER, "-1".parse().unwrap());
+        assert_eq!(queue_depth(&headers), None);
+    }
+}

@@ -1,0 +1,225 @@
+//! The gRPC port: KServe v2's `inference.GRPCInferenceService`, each call
+//! routed by the model its message names.
+//!
+//! Calls about one model (infer, ready, metadata, config, statistics) are
+//! read whole, routed by their field 1 and forwarded as they came, with a
+//! retry on another pod if the first cannot be reached. ModelStreamInfer is
+//! routed by its first message and pinned to that pod for its life. Liveness,
+//! readiness and the repository index are the gateway's own answers; server
+//! metadata comes from any ready pod. Loading and unloading belong to the
+//! InferenceModel, and shared memory to one pod: both are refused here.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use nereid_proto::inference::repository_index_response::ModelIndex;
+use nereid_proto::inference::{
+    RepositoryIndexRequest, RepositoryIndexResponse, ServerLiveResponse, ServerMetadataResponse, ServerReadyResponse,
+};
+use prost::Message;
+
+use crate::forward::{Forward, ForwardError, Payload};
+use crate::grpc_reply::{self, Code};
+use crate::metrics::Failure;
+use crate::model_name::{self, FrameError};
+use crate::registry::RouteError;
+use crate::reply_body::Reply;
+use crate::request_body::{ReadError, read_while};
+use crate::state::Gateway;
+use crate::{NAMESPACE_HEADER, Protocol};
+
+const SERVICE: &str = "/inference.GRPCInferenceService/";
+
+pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<Response<Reply>, Infallible> {
+    let started = Instant::now();
+    let path = request.uri().path();
+    let Some(method) = path.strip_prefix(SERVICE) else {
+        return Ok(grpc_reply::status(
+            Code::Unimplemented,
+            &format!("the gateway serves inference.GRPCInferenceService only, not {path}"),
+        ));
+    };
+    Ok(match method {
+        "ModelInfer" | "ModelReady" | "ModelMetadata" | "ModelConfig" | "ModelStatistics" => {
+            per_model(&gateway, request, started, false).await
+        }
+        "ModelStreamInfer" => per_model(&gateway, request, started, true).await,
+        "ServerLive" => grpc_reply::message(&ServerLiveResponse { live: true }),
+        "ServerReady" => grpc_reply::message(&ServerReadyResponse {
+            ready: gateway.router.synced(),
+        }),
+        "ServerMetadata" => server_metadata(&gateway, request, started).await,
+        "RepositoryIndex" => repository_index(&gateway, request).await,
+        "RepositoryModelLoad" | "RepositoryModelUnload" => grpc_reply::status(
+            Code::FailedPrecondition,
+            "models are loaded and unloaded by their InferenceModel objects, not through the gateway: \
+             create, change or delete the InferenceModel (kubectl apply / delete)",
+        ),
+        other => grpc_reply::status(
+            Code::Unimplemented,
+            &format!("{other} is about one server; the gateway routes per request, so call a pod directly for it"),
+        ),
+    })
+}
+
+/// A call about one model: routed by the name in its (first) message.
+async fn per_model(gateway: &Gateway, request: Request<Incoming>, started: Instant, stream: bool) -> Response<Reply> {
+    let (parts, body) = request.into_parts();
+    // A unary call is read whole (it can then be retried); a stream only
+    // until its first message names the model.
+    let read = if stream {
+        read_while(body, gateway.max_body_bytes, |chunks, _| {
+            matches!(name_of(chunks), Err(FrameError::Incomplete))
+        })
+        .await
+    } else {
+        read_while(body, gateway.max_body_bytes, |_, _| true).await
+    };
+    let (chunks, rest) = match read {
+        Ok(read) => read,
+        Err(error) => return read_failure(gateway, &error),
+    };
+    let name = match name_of(&chunks) {
+        Ok(Some(name)) if !name.is_empty() => name,
+        Ok(_) => return bad_request(gateway, "the request names no model (field 1 is empty)"),
+        Err(FrameError::Incomplete) => {
+            return bad_request(gateway, "the request ended before its first message was complete");
+        }
+        Err(error) => return bad_request(gateway, &error.to_string()),
+    };
+    let requested = match parts.headers.get(NAMESPACE_HEADER).and_then(|v| v.to_str().ok()) {
+        Some(namespace) => format!("{namespace}/{name}"),
+        None => name,
+    };
+    let body = match rest {
+        Some(rest) if stream => Payload::Streaming(chunks, rest),
+        // A unary body that did not end is read whole by now; an ended
+        // stream is as good as a whole body.
+        _ => Payload::Whole(chunks),
+    };
+    let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
+    let forward = Forward {
+        protocol: Protocol::Grpc,
+        model: &requested,
+        method: parts.method,
+        path,
+        headers: parts.headers,
+        body,
+        started,
+    };
+    match gateway
+        .upstream
+        .forward(&gateway.router, &gateway.metrics, forward)
+        .await
+    {
+        Ok(response) => response,
+        Err(error) => forward_failure(&error),
+    }
+}
+
+/// The model name in the first message of `chunks`, reading the first chunk
+/// alone when the name is in it (the usual case: it is field 1, encoded
+/// first), joining them only when it is not.
+fn name_of(chunks: &[Bytes]) -> Result<Option<String>, FrameError> {
+    let Some(first) = chunks.first() else {
+        return Err(FrameError::Incomplete);
+    };
+    match model_name::from_grpc_message(first) {
+        Err(FrameError::Incomplete) if chunks.len() > 1 => {
+            let joined = chunks.concat();
+            model_name::from_grpc_message(&joined).map(|name| name.map(str::to_string))
+        }
+        found => found.map(|name| name.map(str::to_string)),
+    }
+}
+
+/// Server metadata from any ready pod; the gateway's own when none is.
+async fn server_metadata(gateway: &Gateway, request: Request<Incoming>, started: Instant) -> Response<Reply> {
+    let Some(route) = gateway.router.any() else {
+        return grpc_reply::message(&ServerMetadataResponse {
+            name: "nereid-gateway".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            extensions: Vec::new(),
+        });
+    };
+    let (parts, body) = request.into_parts();
+    let chunks = match read_while(body, gateway.max_body_bytes, |_, _| true).await {
+        Ok((chunks, _)) => chunks,
+        Err(error) => return read_failure(gateway, &error),
+    };
+    let model = route.model.to_string();
+    let forward = Forward {
+        protocol: Protocol::Grpc,
+        model: &model,
+        method: parts.method,
+        path: parts.uri.path(),
+        headers: parts.headers,
+        body: Payload::Whole(chunks),
+        started,
+    };
+    match gateway
+        .upstream
+        .forward(&gateway.router, &gateway.metrics, forward)
+        .await
+    {
+        Ok(response) => response,
+        Err(error) => forward_failure(&error),
+    }
+}
+
+/// The cluster's models and their states, from discovery.
+async fn repository_index(gateway: &Gateway, request: Request<Incoming>) -> Response<Reply> {
+    let chunks = match read_while(request.into_body(), 1 << 16, |_, _| true).await {
+        Ok((chunks, _)) => chunks,
+        Err(error) => return read_failure(gateway, &error),
+    };
+    let joined = chunks.concat();
+    let Some(message) = joined.get(5..) else {
+        return bad_request(gateway, "the request has no message");
+    };
+    let Ok(asked) = RepositoryIndexRequest::decode(message) else {
+        return bad_request(gateway, "the RepositoryIndexRequest does not decode");
+    };
+    let models = gateway
+        .router
+        .read(|registry| registry.index())
+        .into_iter()
+        .filter(|entry| entry.ready || !asked.ready)
+        .map(|entry| ModelIndex {
+            name: entry.name,
+            version: String::new(),
+            state: if entry.ready { "READY" } else { "UNAVAILABLE" }.into(),
+            reason: entry.reason,
+        })
+        .collect();
+    grpc_reply::message(&RepositoryIndexResponse { models })
+}
+
+fn bad_request(gateway: &Gateway, text: &str) -> Response<Reply> {
+    gateway.metrics.failed("", Failure::BadRequest);
+    grpc_reply::status(Code::InvalidArgument, text)
+}
+
+fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
+    gateway.metrics.failed("", Failure::BadRequest);
+    let code = match error {
+        ReadError::TooLarge { .. } => Code::ResourceExhausted,
+        ReadError::Client(_) => Code::InvalidArgument,
+    };
+    grpc_reply::status(code, &error.to_string())
+}
+
+fn forward_failure(error: &ForwardError) -> Response<Reply> {
+    let code = match error {
+        ForwardError::Route(RouteError::Unknown(_)) => Code::NotFound,
+        ForwardError::Route(RouteError::Ambiguous { .. }) => Code::InvalidArgument,
+        ForwardError::Route(RouteError::NoReadyEndpoints { .. })
+        | ForwardError::Unreachable { .. }
+        | ForwardError::Upstream { .. } => Code::Unavailable,
+    };
+    grpc_reply::status(code, &error.to_string())
+}

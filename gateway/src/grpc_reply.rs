@@ -1,0 +1,80 @@
+//! Answers the gateway makes itself on the gRPC port: a message with an OK
+//! status, or a status alone ("trailers-only", as gRPC sends an error that
+//! comes before any message).
+
+use bytes::{BufMut, BytesMut};
+use http::{HeaderMap, HeaderValue, Response, header};
+
+use crate::reply_body::Reply;
+
+/// gRPC status codes the gateway answers with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Code {
+    Ok = 0,
+    InvalidArgument = 3,
+    NotFound = 5,
+    FailedPrecondition = 9,
+    ResourceExhausted = 8,
+    Unimplemented = 12,
+    Unavailable = 14,
+}
+
+const GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
+
+/// `message` as a gRPC answer, with status OK.
+pub fn message(message: &impl prost::Message) -> Response<Reply> {
+    let length = message.encoded_len();
+    let mut frame = BytesMut::with_capacity(5 + length);
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
+    message.encode(&mut frame).expect("the buffer was sized to the message");
+    let mut trailers = HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from(Code::Ok as i32));
+    let mut response = Response::new(Reply::Local {
+        data: Some(frame.freeze()),
+        trailers: Some(trailers),
+    });
+    response.headers_mut().insert(header::CONTENT_TYPE, GRPC);
+    response
+}
+
+/// A status alone, with its message.
+pub fn status(code: Code, text: &str) -> Response<Reply> {
+    let mut response = Response::new(Reply::empty());
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, GRPC);
+    headers.insert("grpc-status", HeaderValue::from(code as i32));
+    if let Ok(value) = HeaderValue::from_str(&percent_encode(text)) {
+        headers.insert("grpc-message", value);
+    }
+    response
+}
+
+/// `grpc-message` is percent-encoded: every byte outside printable ASCII,
+/// and `%` itself.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_percent_encoded() {
+        assert_eq!(percent_encode("no ready replicas: 0/2"), "no ready replicas: 0/2");
+        assert_eq!(percent_encode("100% \"é\"\n"), "100%25 \"%C3%A9\"%0A");
+        let response = status(Code::NotFound, "unknown model \"x\"");
+        assert_eq!(response.headers()["grpc-status"], "5");
+        assert_eq!(response.headers()["grpc-message"], "unknown model \"x\"");
+    }
+}

@@ -1,0 +1,251 @@
+//! The HTTP/REST port: KServe v2 paths, each request routed by the model in
+//! its path and forwarded with its body as it came (binary tensor extension
+//! included), read whole first so that it can be retried on another pod if
+//! the first cannot be reached.
+//!
+//! A model in another namespace is named `namespace%2Fname` in the path, or
+//! by the `nereid-namespace` header; the pod is sent its plain name.
+//! Health is the gateway's own; the repository index is the cluster's
+//! models; load and unload are refused, pointing to the InferenceModel.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use crate::forward::{Forward, ForwardError, Payload};
+use crate::metrics::Failure;
+use crate::model_name::{self, HttpRoute};
+use crate::registry::RouteError;
+use crate::reply_body::Reply;
+use crate::request_body::{ReadError, read_while};
+use crate::state::Gateway;
+use crate::{NAMESPACE_HEADER, Protocol};
+
+pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<Response<Reply>, Infallible> {
+    let started = Instant::now();
+    let path = request.uri().path();
+    let route = match model_name::from_http_path(path) {
+        Ok(route) => route,
+        Err(error) => {
+            gateway.metrics.failed("", Failure::BadRequest);
+            return Ok(error_json(StatusCode::NOT_FOUND, &error.to_string()));
+        }
+    };
+    Ok(match route {
+        HttpRoute::Model { name, .. } => per_model(&gateway, request, name, started).await,
+        HttpRoute::Server => server(&gateway, request, started).await,
+        HttpRoute::Repository => repository(&gateway, request).await,
+    })
+}
+
+async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, started: Instant) -> Response<Reply> {
+    let (parts, body) = request.into_parts();
+    let namespace = parts.headers.get(NAMESPACE_HEADER).and_then(|v| v.to_str().ok());
+    let requested = match namespace {
+        Some(namespace) if !name.contains('/') => format!("{namespace}/{name}"),
+        _ => name,
+    };
+    // The pod knows the model by its plain name.
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let path = unqualified(path_and_query);
+    if let Some(length) = content_length(&parts.headers)
+        && length > gateway.max_body_bytes as u64
+    {
+        gateway.metrics.failed(&requested, Failure::BadRequest);
+        let error = ReadError::TooLarge {
+            limit: gateway.max_body_bytes,
+        };
+        return error_json(StatusCode::PAYLOAD_TOO_LARGE, &error.to_string());
+    }
+    let chunks = match read_while(body, gateway.max_body_bytes, |_, _| true).await {
+        Ok((chunks, _)) => chunks,
+        Err(error) => return read_failure(gateway, &requested, &error),
+    };
+    let forward = Forward {
+        protocol: Protocol::Http,
+        model: &requested,
+        method: parts.method,
+        path: &path,
+        headers: parts.headers,
+        body: Payload::Whole(chunks),
+        started,
+    };
+    match gateway
+        .upstream
+        .forward(&gateway.router, &gateway.metrics, forward)
+        .await
+    {
+        Ok(response) => response,
+        Err(error) => forward_failure(&error),
+    }
+}
+
+/// `path` with a namespace-qualified model segment (`ml%2Fresnet`) cut to
+/// the plain name (`resnet`).
+fn unqualified(path: &str) -> std::borrow::Cow<'_, str> {
+    let Some(rest) = path.strip_prefix("/v2/models/") else {
+        return path.into();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let segment = &rest[..end];
+    let lower = segment.to_ascii_lowercase();
+    match lower.find("%2f") {
+        Some(at) => format!("/v2/models/{}{}", &segment[at + 3..], &rest[end..]).into(),
+        None => path.into(),
+    }
+}
+
+fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// Health (the gateway's own) and server metadata (any ready pod's).
+async fn server(gateway: &Gateway, request: Request<Incoming>, started: Instant) -> Response<Reply> {
+    match request.uri().path().trim_end_matches('/') {
+        "/v2/health/live" => return Response::new(Reply::empty()),
+        "/v2/health/ready" => {
+            let mut response = Response::new(Reply::empty());
+            if !gateway.router.synced() {
+                *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            }
+            return response;
+        }
+        "/v2" => {}
+        other => return error_json(StatusCode::NOT_FOUND, &format!("no such endpoint: {other}")),
+    }
+    let Some(route) = gateway.router.any() else {
+        return json_reply(
+            StatusCode::OK,
+            &json!({"name": "nereid-gateway", "version": env!("CARGO_PKG_VERSION"), "extensions": []}),
+        );
+    };
+    let (parts, _) = request.into_parts();
+    let model = route.model.to_string();
+    let forward = Forward {
+        protocol: Protocol::Http,
+        model: &model,
+        method: Method::GET,
+        path: "/v2",
+        headers: parts.headers,
+        body: Payload::Whole(Vec::new()),
+        started,
+    };
+    match gateway
+        .upstream
+        .forward(&gateway.router, &gateway.metrics, forward)
+        .await
+    {
+        Ok(response) => response,
+        Err(error) => forward_failure(&error),
+    }
+}
+
+/// `/v2/repository/index` from discovery; load and unload refused.
+async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<Reply> {
+    let path = request.uri().path().trim_end_matches('/').to_string();
+    if path.ends_with("/load") || path.ends_with("/unload") {
+        return error_json(
+            StatusCode::FORBIDDEN,
+            "models are loaded and unloaded by their InferenceModel objects, not through the gateway: \
+             create, change or delete the InferenceModel (kubectl apply / delete)",
+        );
+    }
+    if path != "/v2/repository/index" {
+        return error_json(StatusCode::NOT_FOUND, &format!("no such endpoint: {path}"));
+    }
+    if request.method() != Method::POST {
+        return error_json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the repository index is a POST, as in KServe v2",
+        );
+    }
+    let chunks = match read_while(request.into_body(), 1 << 16, |_, _| true).await {
+        Ok((chunks, _)) => chunks,
+        Err(error) => return read_failure(gateway, "", &error),
+    };
+    let body = chunks.concat();
+    let ready_only = if body.iter().all(u8::is_ascii_whitespace) {
+        false
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(asked) => asked.get("ready").and_then(serde_json::Value::as_bool).unwrap_or(false),
+            Err(error) => {
+                return error_json(
+                    StatusCode::BAD_REQUEST,
+                    &format!("the repository index request is not JSON: {error}"),
+                );
+            }
+        }
+    };
+    let models: Vec<serde_json::Value> = gateway
+        .router
+        .read(|registry| registry.index())
+        .into_iter()
+        .filter(|entry| entry.ready || !ready_only)
+        .map(|entry| {
+            json!({
+                "name": entry.name,
+                "version": "",
+                "state": if entry.ready { "READY" } else { "UNAVAILABLE" },
+                "reason": entry.reason,
+            })
+        })
+        .collect();
+    json_reply(StatusCode::OK, &serde_json::Value::Array(models))
+}
+
+fn read_failure(gateway: &Gateway, model: &str, error: &ReadError) -> Response<Reply> {
+    gateway.metrics.failed(model, Failure::BadRequest);
+    let status = match error {
+        ReadError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        ReadError::Client(_) => StatusCode::BAD_REQUEST,
+    };
+    error_json(status, &error.to_string())
+}
+
+fn forward_failure(error: &ForwardError) -> Response<Reply> {
+    let status = match error {
+        ForwardError::Route(RouteError::Unknown(_)) => StatusCode::NOT_FOUND,
+        ForwardError::Route(RouteError::Ambiguous { .. }) => StatusCode::BAD_REQUEST,
+        ForwardError::Route(RouteError::NoReadyEndpoints { .. }) | ForwardError::Unreachable { .. } => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
+    };
+    error_json(status, &error.to_string())
+}
+
+/// KServe v2's error body: `{"error": "..."}`.
+fn error_json(status: StatusCode, text: &str) -> Response<Reply> {
+    json_reply(status, &json!({ "error": text }))
+}
+
+fn json_reply(status: StatusCode, value: &serde_json::Value) -> Response<Reply> {
+    let mut response = Response::new(Reply::data(value.to_string()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_qualified_model_segment_becomes_the_plain_name() {
+        assert_eq!(unqualified("/v2/models/ml%2Fresnet/infer"), "/v2/models/resnet/infer");
+        assert_eq!(unqualified("/v2/models/ml%2fresnet"), "/v2/models/resnet");
+        assert_eq!(
+            unqualified("/v2/models/ml%2Fresnet/versions/2/infer?x=1"),
+            "/v2/models/resnet/versions/2/infer?x=1"
+        );
+        assert_eq!(unqualified("/v2/models/resnet/infer"), "/v2/models/resnet/infer");
+        assert_eq!(unqualified("/v2/health/ready"), "/v2/health/ready");
+    }
+}

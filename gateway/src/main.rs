@@ -1,0 +1,142 @@
+//! The `nereid-gateway` binary: discover (or take) the endpoints, listen on
+//! the gRPC, HTTP and metrics ports, route.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use nereid_gateway::args::{Args, PickerKind};
+use nereid_gateway::forward::{Upstream, UpstreamOptions};
+use nereid_gateway::metrics::Metrics;
+use nereid_gateway::registry::Registry;
+use nereid_gateway::router::Router;
+use nereid_gateway::state::Gateway;
+use nereid_gateway::{
+    Ejection, Picker, PowerOfTwoChoices, RoundRobin, admin_front, discovery, grpc_front, http_front, listen,
+};
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("nereid-gateway: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("nereid-gateway: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
+    let picker: Box<dyn Picker> = match args.picker {
+        PickerKind::LeastLoaded => {
+            let seed = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            Box::new(PowerOfTwoChoices::with_seed(seed))
+        }
+        PickerKind::RoundRobin => Box::new(RoundRobin::default()),
+    };
+    let router = Router::new(
+        Registry::new(args.default_namespace.clone()),
+        picker,
+        Ejection::default(),
+    );
+    let gateway = Arc::new(Gateway {
+        router: Arc::clone(&router),
+        upstream: Upstream::new(UpstreamOptions {
+            connect_timeout: args.connect_timeout_ms,
+            attempts: args.attempts.max(1),
+        }),
+        metrics: Metrics::new(),
+        max_body_bytes: args.max_body_bytes,
+    });
+
+    let bind = |port: u16| {
+        let address = SocketAddr::new(args.address, port);
+        async move {
+            TcpListener::bind(address)
+                .await
+                .with_context(|| format!("cannot listen on {address}"))
+        }
+    };
+    let http = bind(args.http_port).await?;
+    let grpc = bind(args.grpc_port).await?;
+    let admin = bind(args.metrics_port).await?;
+    tracing::info!(
+        http = %http.local_addr()?, grpc = %grpc.local_addr()?, metrics = %admin.local_addr()?,
+        picker = ?args.picker, "nereid-gateway listening"
+    );
+    tokio::spawn(listen::serve(http, Arc::clone(&gateway), http_front::serve));
+    tokio::spawn(listen::serve(grpc, Arc::clone(&gateway), grpc_front::serve));
+    tokio::spawn(listen::serve(admin, Arc::clone(&gateway), admin_front::serve));
+
+    if args.endpoints.is_empty() {
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes cluster found: set KUBECONFIG, run in a pod, or give --endpoint")?;
+        match args.namespaces.as_slice() {
+            [] => tracing::info!("serving the models of all namespaces"),
+            namespaces => tracing::info!(
+                namespaces = namespaces.join(","),
+                "serving the models of these namespaces"
+            ),
+        }
+        let namespaces = args.namespaces.clone();
+        tokio::spawn(async move {
+            if let Err(error) = discovery::run(client, &namespaces, router).await {
+                tracing::error!(%error, "discovery stopped");
+            }
+        });
+    } else {
+        serve_static(&router, &args);
+    }
+
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    // Answers already on their way get a moment to finish.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(())
+}
+
+/// The endpoints given on the command line, instead of discovery.
+fn serve_static(router: &Router, args: &Args) {
+    let mut models: std::collections::BTreeMap<_, Vec<_>> = std::collections::BTreeMap::new();
+    for (model, address) in &args.endpoints {
+        models.entry(model.clone()).or_default().push(*address);
+    }
+    router.update(|registry| {
+        for (model, addresses) in models {
+            tracing::info!(%model, endpoints = addresses.len(), "serving a model at the given endpoints");
+            let pods = addresses.len();
+            registry.set_endpoints(model, &addresses, pods);
+        }
+    });
+    router.set_synced();
+}
+
+async fn wait_for_signal() {
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => signal,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

@@ -1,0 +1,179 @@
+//! The gateway's Prometheus metrics, prefixed `nereid_gateway_`.
+//!
+//! Per model and endpoint: requests forwarded, attempts that failed and why,
+//! retries, and the latency the client saw; the load estimates the picker
+//! reads are set from the registry when scraped, so they cost nothing per
+//! request and never outlive an endpoint.
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use crate::Protocol;
+use crate::router::Router;
+
+/// Why a request, or one attempt of it, failed at the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// No model of that name, or an ambiguous one.
+    UnknownModel,
+    /// The model has no ready endpoint.
+    NoReadyEndpoints,
+    /// The request could not be read (malformed, too large, wrong path).
+    BadRequest,
+    /// The pod could not be reached: the attempt is retried elsewhere.
+    Connect,
+    /// The pod is starting or going away and ran nothing of the request
+    /// (its not-serving answer, or HTTP/2 refusing the stream): retried.
+    NotServing,
+    /// The pod was reached and the exchange then broke.
+    Upstream,
+}
+
+impl Failure {
+    fn label(self) -> &'static str {
+        match self {
+            Failure::UnknownModel => "unknown_model",
+            Failure::NoReadyEndpoints => "no_ready_endpoints",
+            Failure::BadRequest => "bad_request",
+            Failure::Connect => "connect",
+            Failure::NotServing => "not_serving",
+            Failure::Upstream => "upstream",
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    failures: IntCounterVec,
+    retries: IntCounterVec,
+    duration: HistogramVec,
+    outstanding: IntGaugeVec,
+    queue_depth: IntGaugeVec,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let valid = "metric options are valid";
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "nereid_gateway_requests_total",
+                "Requests forwarded, by model, endpoint and protocol.",
+            ),
+            &["model", "endpoint", "protocol"],
+        )
+        .expect(valid);
+        let failures = IntCounterVec::new(
+            Opts::new(
+                "nereid_gateway_failures_total",
+                "Requests or attempts that failed at the gateway, by model and reason.",
+            ),
+            &["model", "reason"],
+        )
+        .expect(valid);
+        let retries = IntCounterVec::new(
+            Opts::new(
+                "nereid_gateway_retries_total",
+                "Attempts made again on another endpoint after a pod could not be reached.",
+            ),
+            &["model"],
+        )
+        .expect(valid);
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "nereid_gateway_request_duration_seconds",
+                "Time from a request's arrival to the end of its answer, through the gateway.",
+            )
+            .buckets(vec![
+                0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            &["model", "protocol"],
+        )
+        .expect(valid);
+        let outstanding = IntGaugeVec::new(
+            Opts::new(
+                "nereid_gateway_endpoint_outstanding_requests",
+                "Requests this gateway has in flight to an endpoint.",
+            ),
+            &["model", "endpoint"],
+        )
+        .expect(valid);
+        let queue_depth = IntGaugeVec::new(
+            Opts::new(
+                "nereid_gateway_endpoint_queue_depth",
+                "The queue depth the endpoint reported with its last answer.",
+            ),
+            &["model", "endpoint"],
+        )
+        .expect(valid);
+        let registry = Registry::new();
+        for collector in [
+            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(failures.clone()),
+            Box::new(retries.clone()),
+            Box::new(duration.clone()),
+            Box::new(outstanding.clone()),
+            Box::new(queue_depth.clone()),
+        ] {
+            registry.register(collector).expect("metric names are unique");
+        }
+        Metrics {
+            registry,
+            requests,
+            failures,
+            retries,
+            duration,
+            outstanding,
+            queue_depth,
+        }
+    }
+
+    pub fn forwarded(&self, model: &str, endpoint: &str, protocol: Protocol) {
+        self.requests
+            .with_label_values(&[model, endpoint, protocol.label()])
+            .inc();
+    }
+
+    pub fn failed(&self, model: &str, failure: Failure) {
+        self.failures.with_label_values(&[model, failure.label()]).inc();
+    }
+
+    pub fn retried(&self, model: &str) {
+        self.retries.with_label_values(&[model]).inc();
+    }
+
+    /// The histogram a request's latency goes to once its answer ends.
+    pub fn duration(&self, model: &str, protocol: Protocol) -> prometheus::Histogram {
+        self.duration.with_label_values(&[model, protocol.label()])
+    }
+
+    /// The text exposition, with the load estimates read now.
+    pub fn render(&self, router: &Router) -> String {
+        self.outstanding.reset();
+        self.queue_depth.reset();
+        router.read(|registry| {
+            for (model, entry) in registry.models() {
+                let model = model.to_string();
+                for endpoint in &entry.endpoints {
+                    let address = endpoint.address.to_string();
+                    let labels = [model.as_str(), address.as_str()];
+                    let outstanding = endpoint.load.outstanding();
+                    self.outstanding.with_label_values(&labels).set(i64::from(outstanding));
+                    self.queue_depth
+                        .with_label_values(&labels)
+                        .set(i64::from(endpoint.load.queue_depth()));
+                }
+            }
+        });
+        let mut text = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut text)
+            .expect("the text encoder writes to memory");
+        String::from_utf8(text).expect("the exposition is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

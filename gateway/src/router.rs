@@ -1,0 +1,107 @@
+//! The gateway's routing state: the registry discovery keeps up to date,
+//! the picker, and the ejection policy, turned into one call per request
+//! attempt.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use parking_lot::RwLock;
+
+use crate::load::{Ejection, EndpointLoad};
+use crate::picker::Picker;
+use crate::registry::{Address, Endpoint, ModelKey, Registry, RouteError};
+
+/// Where one attempt of a request goes.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub model: ModelKey,
+    pub endpoint: Endpoint,
+}
+
+impl Route {
+    /// The address of the pod for a protocol.
+    pub fn address(&self, protocol: crate::Protocol) -> SocketAddr {
+        match protocol {
+            crate::Protocol::Grpc => self.endpoint.address.grpc,
+            crate::Protocol::Http => self.endpoint.address.http,
+        }
+    }
+}
+
+pub struct Router {
+    registry: RwLock<Registry>,
+    picker: Box<dyn Picker>,
+    ejection: Ejection,
+    /// Discovery has listed everything once: until then "unknown model"
+    /// may only mean "not seen yet", so the gateway is not ready.
+    synced: AtomicBool,
+}
+
+impl Router {
+    pub fn new(registry: Registry, picker: Box<dyn Picker>, ejection: Ejection) -> Arc<Self> {
+        Arc::new(Router {
+            registry: RwLock::new(registry),
+            picker,
+            ejection,
+            synced: AtomicBool::new(false),
+        })
+    }
+
+    /// Picks an endpoint of the model `requested` names, leaving out the
+    /// pods an earlier attempt of the same request could not reach.
+    pub fn route(&self, requested: &str, tried: &[Address]) -> Result<Route, RouteError> {
+        let registry = self.registry.read();
+        let (key, entry) = registry.resolve(requested)?;
+        let now = Instant::now();
+        let index = if tried.is_empty() {
+            self.picker.pick(&entry.loads, now)
+        } else {
+            let left: Vec<&Endpoint> = entry.endpoints.iter().filter(|e| !tried.contains(&e.address)).collect();
+            let loads: Vec<Arc<EndpointLoad>> = left.iter().map(|e| Arc::clone(&e.load)).collect();
+            self.picker
+                .pick(&loads, now)
+                .and_then(|i| entry.endpoints.iter().position(|e| e.address == left[i].address))
+        };
+        let index = index.ok_or_else(|| RouteError::NoReadyEndpoints {
+            model: key.to_string(),
+            pods: entry.pods,
+        })?;
+        Ok(Route {
+            model: key.clone(),
+            endpoint: entry.endpoints[index].clone(),
+        })
+    }
+
+    /// A ready endpoint of any model, for calls about the server itself.
+    pub fn any(&self) -> Option<Route> {
+        let registry = self.registry.read();
+        let (key, _) = registry.any_ready()?;
+        let name = key.to_string();
+        drop(registry);
+        self.route(&name, &[]).ok()
+    }
+
+    pub fn ejection(&self) -> &Ejection {
+        &self.ejection
+    }
+
+    /// Runs `f` with the registry locked for writing (discovery's updates).
+    pub fn update<T>(&self, f: impl FnOnce(&mut Registry) -> T) -> T {
+        f(&mut self.registry.write())
+    }
+
+    /// Runs `f` with the registry locked for reading (index, metrics).
+    pub fn read<T>(&self, f: impl FnOnce(&Registry) -> T) -> T {
+        f(&self.registry.read())
+    }
+
+    pub fn set_synced(&self) {
+        self.synced.store(true, Ordering::Release);
+    }
+
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+}
