@@ -22,6 +22,8 @@ pub struct Endpoint {
     pub protocol: Protocol,
     /// gRPC only: one bidirectional ModelStreamInfer stream per connection.
     pub streaming: bool,
+    /// gRPC only: the one connection every worker shares, when given.
+    pub shared: Option<GrpcClient>,
 }
 
 /// An open bidirectional stream: requests go in, responses come out in
@@ -41,7 +43,10 @@ impl Connection {
     pub async fn open(endpoint: &Endpoint) -> Result<Self> {
         match (endpoint.protocol, endpoint.streaming) {
             (Protocol::Http, _) => Ok(Connection::Http(HttpConnection::connect(&endpoint.url).await?)),
-            (Protocol::Grpc, false) => Ok(Connection::Grpc(grpc_client::connect(&endpoint.url).await?)),
+            (Protocol::Grpc, false) => match &endpoint.shared {
+                Some(shared) => Ok(Connection::Grpc(shared.clone())),
+                None => Ok(Connection::Grpc(grpc_client::connect(&endpoint.url).await?)),
+            },
             (Protocol::Grpc, true) => {
                 let mut client = grpc_client::connect(&endpoint.url).await?;
                 // Capacity 1: a worker has one request in flight at a time.

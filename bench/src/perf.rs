@@ -69,6 +69,10 @@ pub async fn run(args: PerfArgs) -> anyhow::Result<Vec<LevelResult>> {
         url: url.clone(),
         protocol: args.protocol,
         streaming: args.streaming,
+        shared: match (args.one_connection, args.protocol) {
+            (true, Protocol::Grpc) => Some(crate::grpc_client::connect(&url).await?),
+            _ => None,
+        },
     });
     probe(&endpoint, &request, timeout).await?;
 

@@ -49,6 +49,11 @@ pub struct PerfArgs {
     #[arg(long)]
     pub streaming: bool,
 
+    /// gRPC: every worker shares one HTTP/2 connection, as one application
+    /// with one client does (what a per-request balancer must spread).
+    #[arg(long, conflicts_with = "streaming")]
+    pub one_connection: bool,
+
     /// Batch size: replaces a variable first dimension of metadata shapes.
     #[arg(short = 'b', long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..))]
     pub batch_size: i64,

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# nereid-gateway against calling the pods directly, in one run on one
+# machine (loopback only; every process started here is stopped by PID):
+#
+#   A. overhead: one identity pod (FP32[256]), gRPC at concurrency 1 and 32,
+#      direct and through the gateway: the p50 the gateway adds, and its CPU
+#      time per request against the server's own (both from /proc).
+#   B. spread: three identity pods behind the gateway, every worker on ONE
+#      gRPC connection (as one client application): each pod's share.
+#   C. tail: three pods, one ten times slower (10 ms against 1 ms per
+#      request): p99 at concurrency 32, least-loaded against round-robin.
+#
+# A benchmark, not a test: nothing here fails on a timing. Results go to
+# bench/results/gateway/ and the summary to stdout.
+#
+#   bench/gateway.sh [--quick]
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$repo/scripts/setup.sh"
+cd "$repo"
+
+interval=3000
+if [ "${1:-}" = "--quick" ]; then interval=1000; fi
+
+cargo build --release --locked -p nereid-server -p nereid-gateway -p nereid-bench
+bin="$repo/target/release"
+out="$repo/bench/results/gateway"
+rm -rf "$out" && mkdir -p "$out"
+
+pids=()
+stop() { # stop PID: SIGTERM and wait
+    kill -TERM "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+cleanup() { for pid in "${pids[@]}"; do stop "$pid"; done; }
+trap cleanup EXIT
+
+wait_for_line() { # wait_for_line LOG TEXT
+    for _ in $(seq 1 600); do
+        grep -q "$2" "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; return 1
+}
+
+# cpu_ticks PID: user + system time so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# pod NAME DELAY_MS PORT_BASE: an identity pod on PORT_BASE (HTTP), +1 (gRPC), +2 (metrics).
+pod() {
+    local name=$1 delay=$2 port=$3 repo_dir="$out/$1-models"
+    mkdir -p "$repo_dir/identity/1"
+    cat >"$repo_dir/identity/config.pbtxt" <<EOF
+name: "identity"
+backend: "identity"
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "execute_delay_ms" value: { string_value: "$delay" } }
+EOF
+    "$bin/nereid-server" --model-repository "$repo_dir" \
+        --http-address 127.0.0.1 --http-port "$port" \
+        --grpc-address 127.0.0.1 --grpc-port "$((port + 1))" \
+        --metrics-address 127.0.0.1 --metrics-port "$((port + 2))" >"$out/$name.log" 2>&1 &
+    pids+=($!)
+    wait_for_line "$out/$name.log" "Started GRPCInferenceService"
+    last_pid=$!
+}
+
+# gateway NAME PICKER ENDPOINT...: the gateway on 18200 (HTTP) / 18201 (gRPC).
+gateway() {
+    local name=$1 picker=$2; shift 2
+    local flags=()
+    for endpoint in "$@"; do flags+=(--endpoint "identity=$endpoint"); done
+    "$bin/nereid-gateway" --address 127.0.0.1 --http-port 18200 --grpc-port 18201 --metrics-port 18202 \
+        --picker "$picker" "${flags[@]}" >"$out/$name.log" 2>&1 &
+    pids+=($!)
+    wait_for_line "$out/$name.log" "nereid-gateway listening"
+    last_pid=$!
+}
+
+# perf NAME URL CONCURRENCY [flags]: identity FP32[256] over gRPC.
+perf() {
+    local name=$1 url=$2 concurrency=$3; shift 3
+    "$bin/nereid-perf" --protocol grpc -u "$url" -m identity --shape INPUT0:256 --datatype INPUT0:FP32 \
+        --concurrency-list "$concurrency" --measurement-interval "$interval" \
+        --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 \
+        || { echo "nereid-perf failed for $name" >&2; cat "$out/$name.txt" >&2; return 1; }
+}
+
+summary() { # summary NAME: "infer/s p50 p99" of a perf run
+    python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))[0]
+print("%.0f %d %d" % (r["throughput"], r["p50_us"], r["p99_us"]))' "$out/$1.json"
+}
+
+echo "== A. overhead: one pod, direct and through the gateway"
+pod a-pod 0 18100; server_pid=$last_pid
+gateway a-gateway least-loaded 127.0.0.1:18100,127.0.0.1:18101; gateway_pid=$last_pid
+for c in 1 32; do
+    s0=$(cpu_ticks "$server_pid")
+    perf "a-direct-c$c" 127.0.0.1:18101 "$c"
+    s1=$(cpu_ticks "$server_pid"); g1=$(cpu_ticks "$gateway_pid")
+    perf "a-gateway-c$c" 127.0.0.1:18201 "$c"
+    s2=$(cpu_ticks "$server_pid"); g2=$(cpu_ticks "$gateway_pid")
+    read -r direct_rate direct_p50 direct_p99 <<<"$(summary "a-direct-c$c")"
+    read -r gw_rate gw_p50 gw_p99 <<<"$(summary "a-gateway-c$c")"
+    python3 - "$c" "$direct_rate" "$direct_p50" "$direct_p99" "$gw_rate" "$gw_p50" "$gw_p99" \
+        "$((s1 - s0))" "$((s2 - s1))" "$((g2 - g1))" "$interval" <<'EOF' | tee -a "$out/summary.txt"
+import sys
+c, dr, dp50, dp99, gr, gp50, gp99, s_direct, s_gw, g_gw, interval = sys.argv[1:]
+# Requests each run made: its rate over its measured windows is not known
+# here, so CPU per request uses the CPU over the whole run (warm-up and
+# every window) against the server's own, which saw the same requests.
+ratio = int(g_gw) / max(int(s_gw), 1)
+print(f"c={c}: direct {float(dr):.0f} infer/s p50 {dp50} us p99 {dp99} us | "
+      f"gateway {float(gr):.0f} infer/s p50 {gp50} us p99 {gp99} us | "
+      f"added p50 {int(gp50) - int(dp50)} us | gateway CPU / server CPU {ratio:.2f} "
+      f"(ticks: server {s_gw}, gateway {g_gw}; server alone direct {s_direct})")
+EOF
+done
+stop "$gateway_pid"; stop "$server_pid"; pids=()
+
+echo "== B. spread: three pods, one gRPC connection, concurrency 32"
+pod b-pod0 0 18110; pod b-pod1 0 18120; pod b-pod2 0 18130
+gateway b-gateway least-loaded 127.0.0.1:18110,127.0.0.1:18111 127.0.0.1:18120,127.0.0.1:18121 \
+    127.0.0.1:18130,127.0.0.1:18131
+perf b-spread 127.0.0.1:18201 32 --one-connection
+counts=()
+for port in 18110 18120 18130; do
+    counts+=("$(curl -s "http://127.0.0.1:$port/v2/models/identity/stats" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])')")
+done
+python3 - "${counts[@]}" <<'EOF' | tee -a "$out/summary.txt"
+import sys
+counts = [int(c) for c in sys.argv[1:]]
+total = sum(counts)
+shares = [c / total * 3 for c in counts]
+print(f"spread: per-pod requests {counts}; each pod's share of a third: "
+      + ", ".join(f"{s:.2f}" for s in shares) + f" (worst {max(abs(s - 1) for s in shares) * 100:.0f}% off)")
+EOF
+for pid in "${pids[@]}"; do stop "$pid"; done; pids=()
+
+echo "== C. tail: one of three pods ten times slower, concurrency 32"
+pod c-pod0 1 18140; pod c-pod1 1 18150; pod c-pod2 10 18160
+endpoints=(127.0.0.1:18140,127.0.0.1:18141 127.0.0.1:18150,127.0.0.1:18151 127.0.0.1:18160,127.0.0.1:18161)
+for picker in least-loaded round-robin; do
+    gateway "c-gateway-$picker" "$picker" "${endpoints[@]}"; gateway_pid=$last_pid
+    perf "c-$picker" 127.0.0.1:18201 32 --one-connection
+    stop "$gateway_pid"
+done
+read -r ll_rate ll_p50 ll_p99 <<<"$(summary c-least-loaded)"
+read -r rr_rate rr_p50 rr_p99 <<<"$(summary c-round-robin)"
+python3 - "$ll_rate" "$ll_p50" "$ll_p99" "$rr_rate" "$rr_p50" "$rr_p99" <<'EOF' | tee -a "$out/summary.txt"
+import sys
+lr, lp50, lp99, rr, rp50, rp99 = sys.argv[1:]
+print(f"tail: least-loaded {float(lr):.0f} infer/s p50 {lp50} us p99 {lp99} us | "
+      f"round-robin {float(rr):.0f} infer/s p50 {rp50} us p99 {rp99} us | "
+      f"p99 round-robin / least-loaded {int(rp99) / max(int(lp99), 1):.2f}")
+EOF
