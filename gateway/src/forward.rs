@@ -116,11 +116,13 @@ impl Upstream {
             let route = match router.route(model, &tried) {
                 Ok(route) => route,
                 Err(error) if tried.is_empty() => {
-                    let failure = match error {
-                        RouteError::NoReadyEndpoints { .. } => Failure::NoReadyEndpoints,
-                        _ => Failure::UnknownModel,
-                    };
-                    metrics.failed(model, failure);
+                    // A name that found no model is the client's text: it
+                    // never becomes a label, or any client could grow the
+                    // metrics without bound.
+                    match &error {
+                        RouteError::NoReadyEndpoints { model, .. } => metrics.failed(model, Failure::NoReadyEndpoints),
+                        _ => metrics.failed("", Failure::UnknownModel),
+                    }
                     return Err(error.into());
                 }
                 // Every endpoint was tried.

@@ -55,7 +55,7 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, 
     if let Some(length) = content_length(&parts.headers)
         && length > gateway.max_body_bytes as u64
     {
-        gateway.metrics.failed(&requested, Failure::BadRequest);
+        gateway.metrics.failed("", Failure::BadRequest);
         let error = ReadError::TooLarge {
             limit: gateway.max_body_bytes,
         };
@@ -63,7 +63,7 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, 
     }
     let chunks = match read_while(body, gateway.max_body_bytes, |_, _| true).await {
         Ok((chunks, _)) => chunks,
-        Err(error) => return read_failure(gateway, &requested, &error),
+        Err(error) => return read_failure(gateway, &error),
     };
     let forward = Forward {
         protocol: Protocol::Http,
@@ -165,7 +165,7 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
     }
     let chunks = match read_while(request.into_body(), 1 << 16, |_, _| true).await {
         Ok((chunks, _)) => chunks,
-        Err(error) => return read_failure(gateway, "", &error),
+        Err(error) => return read_failure(gateway, &error),
     };
     let body = chunks.concat();
     let ready_only = if body.iter().all(u8::is_ascii_whitespace) {
@@ -198,8 +198,10 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
     json_reply(StatusCode::OK, &serde_json::Value::Array(models))
 }
 
-fn read_failure(gateway: &Gateway, model: &str, error: &ReadError) -> Response<Reply> {
-    gateway.metrics.failed(model, Failure::BadRequest);
+/// Bad requests are counted without a model label: the name in them is the
+/// client's text, not yet a model.
+fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
+    gateway.metrics.failed("", Failure::BadRequest);
     let status = match error {
         ReadError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         ReadError::Client(_) => StatusCode::BAD_REQUEST,
