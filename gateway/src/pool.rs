@@ -94,7 +94,15 @@ impl Pool {
         if let Some(sender) = self.open(address) {
             return Ok(sender);
         }
-        let lock = Arc::clone(self.connecting.lock().entry(address).or_default());
+        let lock = {
+            let mut connecting = self.connecting.lock();
+            // Pods come and go with new addresses: the slow path drops the
+            // records of those nobody is connecting to and whose connection
+            // has closed, so neither map grows with the pods ever seen.
+            connecting.retain(|_, lock| Arc::strong_count(lock) > 1);
+            self.senders.lock().retain(|_, sender| !sender.is_closed());
+            Arc::clone(connecting.entry(address).or_default())
+        };
         let _connecting = lock.lock().await;
         // Another request may have connected while this one waited.
         if let Some(sender) = self.open(address) {
