@@ -4,6 +4,7 @@
 //! twice.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -111,7 +112,7 @@ impl Upstream {
         let mut tried: Vec<Address> = Vec::new();
         let mut last_error = String::new();
         // The model's full name, once resolved (for errors after retries).
-        let mut resolved = model.to_string();
+        let mut resolved: Option<Arc<str>> = None;
         loop {
             let route = match router.route(model, &tried) {
                 Ok(route) => route,
@@ -128,7 +129,7 @@ impl Upstream {
                 // Every endpoint was tried.
                 Err(_) => {
                     return Err(ForwardError::Unreachable {
-                        model: resolved,
+                        model: resolved.as_deref().unwrap_or(model).to_string(),
                         attempts: tried.len(),
                         last: last_error,
                     });
@@ -142,8 +143,8 @@ impl Upstream {
             };
             let upstream = build(&method, address, path, &headers, outgoing);
             let in_flight = route.endpoint.load.start();
-            let model_label = route.model.to_string();
-            resolved.clone_from(&model_label);
+            let model_label = Arc::clone(&route.model);
+            resolved = Some(Arc::clone(&model_label));
             match self.pool.send(address, upstream).await {
                 // A pod that is starting or going away ran nothing of it.
                 Ok(response)
@@ -162,7 +163,7 @@ impl Upstream {
                     if let Some(depth) = queue_depth(response.headers()) {
                         route.endpoint.load.report_queue_depth(depth);
                     }
-                    metrics.forwarded(&model_label, &route.endpoint.address.to_string(), protocol);
+                    metrics.forwarded(&model_label, &route.endpoint.label, protocol);
                     let (mut parts, body) = response.into_parts();
                     strip_hop_by_hop(&mut parts.headers, protocol);
                     let latency = metrics.duration(&model_label, protocol);
@@ -180,7 +181,7 @@ impl Upstream {
                     }
                     if last_attempt || (whole.is_none() && stream.is_none()) {
                         return Err(ForwardError::Unreachable {
-                            model: model_label,
+                            model: model_label.to_string(),
                             attempts: tried.len(),
                             last: last_error,
                         });
@@ -198,7 +199,7 @@ impl Upstream {
                     route.endpoint.load.failed(Instant::now(), router.ejection());
                     metrics.failed(&model_label, Failure::Upstream);
                     return Err(ForwardError::Upstream {
-                        model: model_label,
+                        model: model_label.to_string(),
                         endpoint: address.to_string(),
                         error: reason,
                     });

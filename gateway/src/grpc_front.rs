@@ -72,8 +72,9 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, started: Insta
     // A unary call is read whole (it can then be retried); a stream only
     // until its first message names the model.
     let read = if stream {
-        read_while(body, gateway.max_body_bytes, |chunks, _| {
-            matches!(name_of(chunks), Err(FrameError::Incomplete))
+        let mut first_message = FirstMessage::default();
+        read_while(body, gateway.max_body_bytes, |chunks, total| {
+            !first_message.has_name(chunks, total)
         })
         .await
     } else {
@@ -111,13 +112,43 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, started: Insta
         body,
         started,
     };
-    match gateway
-        .upstream
-        .forward(&gateway.router, &gateway.metrics, forward)
+    gateway
+        .forward(forward)
         .await
-    {
-        Ok(response) => response,
-        Err(error) => forward_failure(&error),
+        .unwrap_or_else(|error| forward_failure(&error))
+}
+
+/// How far a stream's first message has arrived, checked as each chunk
+/// comes: enough once the first chunk holds the name (the usual case), or
+/// once the whole message is in (then [`name_of`] joins it, once). Each
+/// check costs the same whatever the number of chunks, so a message that
+/// puts its name last costs one join, not one per chunk.
+#[derive(Default)]
+struct FirstMessage {
+    /// Whether the first chunk alone names the model (or is malformed: no
+    /// use reading on), once it has been looked at.
+    first_chunk_decides: Option<bool>,
+}
+
+impl FirstMessage {
+    fn has_name(&mut self, chunks: &[Bytes], total: usize) -> bool {
+        let Some(first) = chunks.first() else {
+            return false;
+        };
+        let decides = *self
+            .first_chunk_decides
+            .get_or_insert_with(|| !matches!(model_name::from_grpc_message(first), Err(FrameError::Incomplete)));
+        if decides {
+            return true;
+        }
+        let header: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).take(5).collect();
+        match header.get(1..5) {
+            Some(length) => {
+                let length = u32::from_be_bytes([length[0], length[1], length[2], length[3]]) as usize;
+                total >= 5 + length
+            }
+            None => false,
+        }
     }
 }
 
@@ -151,24 +182,19 @@ async fn server_metadata(gateway: &Gateway, request: Request<Incoming>, started:
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),
     };
-    let model = route.model.to_string();
     let forward = Forward {
         protocol: Protocol::Grpc,
-        model: &model,
+        model: &route.model,
         method: parts.method,
         path: parts.uri.path(),
         headers: parts.headers,
         body: Payload::Whole(chunks),
         started,
     };
-    match gateway
-        .upstream
-        .forward(&gateway.router, &gateway.metrics, forward)
+    gateway
+        .forward(forward)
         .await
-    {
-        Ok(response) => response,
-        Err(error) => forward_failure(&error),
-    }
+        .unwrap_or_else(|error| forward_failure(&error))
 }
 
 /// The cluster's models and their states, from discovery.
@@ -222,4 +248,39 @@ fn forward_failure(error: &ForwardError) -> Response<Reply> {
         | ForwardError::Upstream { .. } => Code::Unavailable,
     };
     grpc_reply::status(code, &error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gRPC frame whose message puts a 1000-byte field 6 before the name.
+    fn name_last() -> Vec<u8> {
+        let mut message = vec![0x32, 0xe8, 0x07];
+        message.extend(std::iter::repeat_n(7u8, 1000));
+        message.extend([0x0a, 2, b'm', b'x']);
+        let mut frame = vec![0];
+        frame.extend((message.len() as u32).to_be_bytes());
+        frame.extend(message);
+        frame
+    }
+
+    #[test]
+    fn a_stream_is_read_until_its_first_message_names_the_model() {
+        let frame = name_last();
+        let chunks: Vec<Bytes> = frame.chunks(100).map(Bytes::copy_from_slice).collect();
+        let mut first = FirstMessage::default();
+        let mut total = 0;
+        for (index, chunk) in chunks.iter().enumerate() {
+            total += chunk.len();
+            let done = first.has_name(&chunks[..=index], total);
+            assert_eq!(done, index == chunks.len() - 1, "chunk {index}");
+        }
+        assert_eq!(name_of(&chunks), Ok(Some("mx".to_string())));
+
+        // The name in the first chunk: nothing more is read.
+        let mut first = FirstMessage::default();
+        let named = Bytes::from_static(&[0, 0, 0, 0, 9, 0x0a, 2, b'm', b'x', 0x32, 0x7f]);
+        assert!(first.has_name(std::slice::from_ref(&named), named.len()));
+    }
 }

@@ -74,14 +74,10 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, 
         body: Payload::Whole(chunks),
         started,
     };
-    match gateway
-        .upstream
-        .forward(&gateway.router, &gateway.metrics, forward)
+    gateway
+        .forward(forward)
         .await
-    {
-        Ok(response) => response,
-        Err(error) => forward_failure(&error),
-    }
+        .unwrap_or_else(|error| forward_failure(&error))
 }
 
 /// `path` with a namespace-qualified model segment (`ml%2Fresnet`) cut to
@@ -124,24 +120,19 @@ async fn server(gateway: &Gateway, request: Request<Incoming>, started: Instant)
         );
     };
     let (parts, _) = request.into_parts();
-    let model = route.model.to_string();
     let forward = Forward {
         protocol: Protocol::Http,
-        model: &model,
+        model: &route.model,
         method: Method::GET,
         path: "/v2",
         headers: parts.headers,
         body: Payload::Whole(Vec::new()),
         started,
     };
-    match gateway
-        .upstream
-        .forward(&gateway.router, &gateway.metrics, forward)
+    gateway
+        .forward(forward)
         .await
-    {
-        Ok(response) => response,
-        Err(error) => forward_failure(&error),
-    }
+        .unwrap_or_else(|error| forward_failure(&error))
 }
 
 /// `/v2/repository/index` from discovery; load and unload refused.

@@ -52,11 +52,16 @@ impl std::fmt::Display for Address {
 pub struct Endpoint {
     pub address: Address,
     pub load: Arc<EndpointLoad>,
+    /// The address as metrics name it, formatted once, not per request.
+    pub label: Arc<str>,
 }
 
 /// What the gateway knows of one model.
 #[derive(Clone, Debug, Default)]
 pub struct ModelEntry {
+    /// `namespace/name`, as metrics and errors name the model, formatted
+    /// once, not per request.
+    pub label: Arc<str>,
     /// The ready endpoints, in address order.
     pub endpoints: Vec<Endpoint>,
     /// Their loads, in the same order: the slice a picker reads, kept so
@@ -115,19 +120,33 @@ impl Registry {
         addresses.dedup();
         let endpoints = addresses
             .into_iter()
-            .map(|address| Endpoint {
-                address,
-                load: previous
-                    .endpoints
-                    .iter()
-                    .find(|e| e.address == address)
-                    .map(|e| Arc::clone(&e.load))
-                    .unwrap_or_else(EndpointLoad::new),
-            })
+            .map(
+                |address| match previous.endpoints.iter().find(|e| e.address == address) {
+                    Some(kept) => kept.clone(),
+                    None => Endpoint {
+                        address,
+                        load: EndpointLoad::new(),
+                        label: address.to_string().into(),
+                    },
+                },
+            )
             .collect::<Vec<_>>();
         let loads = endpoints.iter().map(|e| Arc::clone(&e.load)).collect();
+        let label = if previous.label.is_empty() {
+            model.to_string().into()
+        } else {
+            previous.label
+        };
         let namespaces = self.models.entry(model.name.clone()).or_default();
-        namespaces.push((model, ModelEntry { endpoints, loads, pods }));
+        namespaces.push((
+            model,
+            ModelEntry {
+                label,
+                endpoints,
+                loads,
+                pods,
+            },
+        ));
         namespaces.sort_by(|(a, _), (b, _)| a.namespace.cmp(&b.namespace));
     }
 

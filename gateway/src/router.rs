@@ -11,12 +11,13 @@ use parking_lot::RwLock;
 
 use crate::load::{Ejection, EndpointLoad};
 use crate::picker::Picker;
-use crate::registry::{Address, Endpoint, ModelKey, Registry, RouteError};
+use crate::registry::{Address, Endpoint, ModelEntry, Registry, RouteError};
 
 /// Where one attempt of a request goes.
 #[derive(Clone, Debug)]
 pub struct Route {
-    pub model: ModelKey,
+    /// The model as `namespace/name`.
+    pub model: Arc<str>,
     pub endpoint: Endpoint,
 }
 
@@ -53,34 +54,36 @@ impl Router {
     /// pods an earlier attempt of the same request could not reach.
     pub fn route(&self, requested: &str, tried: &[Address]) -> Result<Route, RouteError> {
         let registry = self.registry.read();
-        let (key, entry) = registry.resolve(requested)?;
-        let now = Instant::now();
-        let index = if tried.is_empty() {
-            self.picker.pick(&entry.loads, now)
-        } else {
-            let left: Vec<&Endpoint> = entry.endpoints.iter().filter(|e| !tried.contains(&e.address)).collect();
-            let loads: Vec<Arc<EndpointLoad>> = left.iter().map(|e| Arc::clone(&e.load)).collect();
-            self.picker
-                .pick(&loads, now)
-                .and_then(|i| entry.endpoints.iter().position(|e| e.address == left[i].address))
-        };
-        let index = index.ok_or_else(|| RouteError::NoReadyEndpoints {
-            model: key.to_string(),
+        let (_, entry) = registry.resolve(requested)?;
+        self.pick(entry, tried).ok_or_else(|| RouteError::NoReadyEndpoints {
+            model: entry.label.to_string(),
             pods: entry.pods,
-        })?;
-        Ok(Route {
-            model: key.clone(),
-            endpoint: entry.endpoints[index].clone(),
         })
     }
 
     /// A ready endpoint of any model, for calls about the server itself.
     pub fn any(&self) -> Option<Route> {
         let registry = self.registry.read();
-        let (key, _) = registry.any_ready()?;
-        let name = key.to_string();
-        drop(registry);
-        self.route(&name, &[]).ok()
+        let (_, entry) = registry.any_ready()?;
+        self.pick(entry, &[])
+    }
+
+    fn pick(&self, entry: &ModelEntry, tried: &[Address]) -> Option<Route> {
+        let now = Instant::now();
+        let index = if tried.is_empty() {
+            self.picker.pick(&entry.loads, now)?
+        } else {
+            // A retry: the rare path, where a filtered copy is fine.
+            let left: Vec<usize> = (0..entry.endpoints.len())
+                .filter(|&i| !tried.contains(&entry.endpoints[i].address))
+                .collect();
+            let loads: Vec<Arc<EndpointLoad>> = left.iter().map(|&i| Arc::clone(&entry.loads[i])).collect();
+            left[self.picker.pick(&loads, now)?]
+        };
+        Some(Route {
+            model: Arc::clone(&entry.label),
+            endpoint: entry.endpoints[index].clone(),
+        })
     }
 
     pub fn ejection(&self) -> &Ejection {

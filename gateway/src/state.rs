@@ -2,8 +2,11 @@
 
 use std::sync::Arc;
 
-use crate::forward::Upstream;
+use http::Response;
+
+use crate::forward::{Forward, ForwardError, Upstream};
 use crate::metrics::Metrics;
+use crate::reply_body::Reply;
 use crate::router::Router;
 
 pub struct Gateway {
@@ -13,4 +16,11 @@ pub struct Gateway {
     /// The largest request body read before forwarding (a streamed gRPC
     /// body counts only up to its first message).
     pub max_body_bytes: usize,
+}
+
+impl Gateway {
+    /// Sends a request to a pod of its model ([`Upstream::forward`]).
+    pub async fn forward(&self, request: Forward<'_>) -> Result<Response<Reply>, ForwardError> {
+        self.upstream.forward(&self.router, &self.metrics, request).await
+    }
 }
