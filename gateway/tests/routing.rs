@@ -246,12 +246,20 @@ async fn bad_input_gets_clear_errors_and_the_gateway_keeps_serving() {
     )
     .await;
     assert!(impatient.is_err(), "the 200 ms model cannot answer in 50 ms");
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let metrics = gateway.metrics().await;
-    let outstanding: Vec<&str> = metrics
-        .lines()
-        .filter(|l| l.starts_with("nereid_gateway_endpoint_outstanding_requests{"))
-        .collect();
+    // Polled, not slept on: the reset reaches the gateway when it does.
+    let mut outstanding = Vec::new();
+    for _ in 0..200 {
+        let metrics = gateway.metrics().await;
+        outstanding = metrics
+            .lines()
+            .filter(|l| l.starts_with("nereid_gateway_endpoint_outstanding_requests{"))
+            .map(str::to_string)
+            .collect();
+        if !outstanding.is_empty() && outstanding.iter().all(|l| l.ends_with(" 0")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
         !outstanding.is_empty() && outstanding.iter().all(|l| l.ends_with(" 0")),
         "{outstanding:?}"

@@ -42,6 +42,30 @@ async fn infer(url: &str, body: Value) -> (u16, Value) {
     (status, response.json().await.unwrap())
 }
 
+/// Polls the server's Prometheus endpoint until `gauge` of `model` reads
+/// `expected`: a test orders its requests by what the server has seen, not
+/// by sleeping and hoping.
+async fn wait_for_gauge(server: &TestServer, gauge: &str, model: &str, expected: u64) {
+    let url = format!("{}/metrics", server.metrics.as_deref().expect("metrics are served"));
+    let series = format!("{gauge}{{model=\"{model}\",version=\"1\"}} ");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        let value = text
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str()))
+            .and_then(|value| value.trim().parse::<f64>().ok());
+        if value == Some(expected as f64) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series}never reached {expected} (last {value:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn stats(server: &TestServer, model: &str) -> Value {
     get_json(format!("{}/v2/models/{model}/stats", server.http)).await["model_stats"][0].clone()
 }
@@ -98,11 +122,13 @@ async fn higher_priority_requests_are_served_first() {
     let server = TestServer::start(&repo, &[]);
     let url = format!("{}/v2/models/prio/infer", server.http);
     // The first request occupies the only instance; the rest queue behind it.
+    // Each send waits until the server has counted the previous one, so the
+    // arrival order is the one written here however slow the machine is.
     let blocker = tokio::spawn({
         let url = url.clone();
         async move { infer(&url, body(&[0.0], json!({}))).await }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_for_gauge(&server, "nereid_inference_executing_request_count", "prio", 1).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for (i, priority) in [2, 2, 1, 1].into_iter().enumerate() {
@@ -111,7 +137,7 @@ async fn higher_priority_requests_are_served_first() {
             let (status, _) = infer(&url, body(&[i as f32], json!({ "priority": priority }))).await;
             tx.send((i, priority, status)).unwrap();
         }));
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        wait_for_gauge(&server, "nv_inference_pending_request_count", "prio", i as u64 + 1).await;
     }
     drop(tx);
     assert_eq!(blocker.await.unwrap().0, 200);
@@ -164,7 +190,7 @@ async fn queue_timeouts_and_limits_are_honoured() {
 
     // A request queued behind a 300 ms execution outlives its 100 ms timeout.
     let blocker = tokio::spawn(infer_owned(url("timeouts"), body(&[1.0], json!({}))));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_for_gauge(&server, "nereid_inference_executing_request_count", "timeouts", 1).await;
     let (status, error) = infer(&url("timeouts"), body(&[2.0], json!({}))).await;
     assert_eq!(status, 503, "{error}");
     assert_eq!(error["error"], "Request timeout expired");
@@ -178,7 +204,7 @@ async fn queue_timeouts_and_limits_are_honoured() {
     );
     // And allowed where it does: a short override expires, a long one does not.
     let blocker = tokio::spawn(infer_owned(url("overridable"), body(&[1.0], json!({}))));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_for_gauge(&server, "nereid_inference_executing_request_count", "overridable", 1).await;
     let (status, error) = infer(&url("overridable"), body(&[2.0], json!({ "timeout": 50000 }))).await;
     assert_eq!(status, 503, "{error}");
     let (status, _) = infer(&url("overridable"), body(&[2.0], json!({ "timeout": 5000000 }))).await;
@@ -192,18 +218,15 @@ async fn queue_timeouts_and_limits_are_honoured() {
 
     // One executing and two queued fill the model; the next is refused at once.
     let mut accepted = Vec::new();
-    for i in 0..3 {
+    accepted.push(tokio::spawn(infer_owned(url("bounded"), body(&[0.0], json!({})))));
+    wait_for_gauge(&server, "nereid_inference_executing_request_count", "bounded", 1).await;
+    for i in 1..3 {
         accepted.push(tokio::spawn(infer_owned(url("bounded"), body(&[i as f32], json!({})))));
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        wait_for_gauge(&server, "nv_inference_pending_request_count", "bounded", i).await;
     }
-    let started = std::time::Instant::now();
     let (status, error) = infer(&url("bounded"), body(&[9.0], json!({}))).await;
     assert_eq!(status, 503, "{error}");
     assert_eq!(error["error"], "Exceeds maximum queue size");
-    assert!(
-        started.elapsed() < Duration::from_millis(250),
-        "a full queue answers without waiting"
-    );
     for (i, task) in accepted.into_iter().enumerate() {
         let (status, reply) = task.await.unwrap();
         assert_eq!(status, 200);

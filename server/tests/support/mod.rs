@@ -13,6 +13,8 @@ pub struct TestServer {
     child: Child,
     pub http: String,
     pub grpc: String,
+    /// The metrics endpoint's base URL, unless the test turned metrics off.
+    pub metrics: Option<String>,
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -73,6 +75,7 @@ impl TestServer {
                 for (marker, kind) in [
                     ("Started HTTPService at ", "http"),
                     ("Started GRPCInferenceService at ", "grpc"),
+                    ("Started Metrics Service at ", "metrics"),
                 ] {
                     if let Some(at) = line.find(marker) {
                         let addr = line[at + marker.len()..].trim().to_string();
@@ -82,10 +85,13 @@ impl TestServer {
                 sink.lock().unwrap().push(line);
             }
         });
-        let (mut http, mut grpc) = (None, None);
+        // The server logs the metrics address (when it serves metrics) before
+        // the HTTP one, so it is known once both front ends are.
+        let (mut http, mut grpc, mut metrics) = (None, None, None);
         while http.is_none() || grpc.is_none() {
             match rx.recv_timeout(Duration::from_secs(60)) {
                 Ok((kind, addr)) if kind == "http" => http = Some(addr),
+                Ok((kind, addr)) if kind == "metrics" => metrics = Some(addr),
                 Ok((_, addr)) => grpc = Some(addr),
                 Err(_) => {
                     let _ = child.kill();
@@ -97,6 +103,7 @@ impl TestServer {
             child,
             http: format!("http://{}", http.unwrap()),
             grpc: format!("http://{}", grpc.unwrap()),
+            metrics: metrics.map(|addr| format!("http://{addr}")),
             log,
         }
     }
