@@ -1,7 +1,7 @@
 //! The metrics port: `/metrics` for Prometheus, and `/healthz` and
 //! `/readyz` for the kubelet's probes (ready once discovery has listed the
 //! cluster's models, so a new replica takes no traffic it would answer
-//! with "unknown model").
+//! with "unknown model", and not ready again once it is shutting down).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,9 +23,14 @@ pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<
             response
         }
         "/healthz" => Response::new(Reply::data("ok")),
-        "/readyz" if gateway.router.synced() => Response::new(Reply::data("ok")),
+        "/readyz" if gateway.ready() => Response::new(Reply::data("ok")),
         "/readyz" => {
-            let mut response = Response::new(Reply::data("discovery has not listed the models yet"));
+            let why = if gateway.router.synced() {
+                "shutting down"
+            } else {
+                "discovery has not listed the models yet"
+            };
+            let mut response = Response::new(Reply::data(why));
             *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
             response
         }

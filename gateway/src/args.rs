@@ -55,6 +55,15 @@ pub struct Args {
     /// Attempts per request (the first included) when pods cannot be reached.
     #[arg(long, env = "NEREID_GATEWAY_ATTEMPTS", default_value_t = 3)]
     pub attempts: usize,
+
+    /// After SIGTERM, how long the gateway keeps accepting connections with
+    /// /readyz failing, while the cluster takes it out of its Service.
+    #[arg(long, env = "NEREID_GATEWAY_DRAIN_DELAY", value_parser = parse_millis, default_value = "2000")]
+    pub drain_delay_ms: Duration,
+    /// Then how long the requests in flight have to finish before the
+    /// gateway exits anyway (keep it under the pod's grace period).
+    #[arg(long, env = "NEREID_GATEWAY_SHUTDOWN_TIMEOUT", value_parser = parse_millis, default_value = "20000")]
+    pub shutdown_timeout_ms: Duration,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

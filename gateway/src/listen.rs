@@ -11,14 +11,18 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::reply_body::Reply;
 use crate::state::Gateway;
 
-/// Serves `listener` until the process ends; a failed connection is logged
-/// and leaves the others alone.
-pub async fn serve<H, F>(listener: TcpListener, gateway: Arc<Gateway>, handler: H)
+/// Serves `listener` until `stop` is cancelled, then accepts no more
+/// connections, tells the open ones to close (HTTP/2 GOAWAY, HTTP/1.1
+/// `Connection: close`) and returns once their requests are answered. A
+/// failed connection is logged and leaves the others alone.
+pub async fn serve<H, F>(listener: TcpListener, gateway: Arc<Gateway>, handler: H, stop: CancellationToken)
 where
     H: Fn(Arc<Gateway>, Request<Incoming>) -> F + Copy + Send + Sync + 'static,
     F: Future<Output = Result<Response<Reply>, Infallible>> + Send + 'static,
@@ -31,8 +35,13 @@ where
         .initial_connection_window_size(16 << 20)
         .max_concurrent_streams(1024);
     let builder = Arc::new(builder);
+    let graceful = GracefulShutdown::new();
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => break,
+        };
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
                 // Out of file descriptors and the like: wait, then go on.
@@ -44,11 +53,15 @@ where
         let _ = stream.set_nodelay(true);
         let gateway = Arc::clone(&gateway);
         let builder = Arc::clone(&builder);
+        let watcher = graceful.watcher();
         tokio::spawn(async move {
             let service = service_fn(move |request| handler(Arc::clone(&gateway), request));
-            if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection).await {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
         });
     }
+    drop(listener);
+    graceful.shutdown().await;
 }

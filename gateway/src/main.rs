@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result};
@@ -18,6 +19,7 @@ use nereid_gateway::{
     Ejection, Picker, PowerOfTwoChoices, RoundRobin, admin_front, discovery, grpc_front, http_front, listen,
 };
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -65,6 +67,7 @@ async fn run(args: Args) -> Result<()> {
         }),
         metrics: Metrics::new(),
         max_body_bytes: args.max_body_bytes,
+        draining: AtomicBool::new(false),
     });
 
     let bind = |port: u16| {
@@ -82,9 +85,28 @@ async fn run(args: Args) -> Result<()> {
         http = %http.local_addr()?, grpc = %grpc.local_addr()?, metrics = %admin.local_addr()?,
         picker = ?args.picker, "nereid-gateway listening"
     );
-    tokio::spawn(listen::serve(http, Arc::clone(&gateway), http_front::serve));
-    tokio::spawn(listen::serve(grpc, Arc::clone(&gateway), grpc_front::serve));
-    tokio::spawn(listen::serve(admin, Arc::clone(&gateway), admin_front::serve));
+    // The metrics port stops last: the probes and Prometheus see the drain.
+    let (stop_fronts, stop_admin) = (CancellationToken::new(), CancellationToken::new());
+    let fronts = [
+        tokio::spawn(listen::serve(
+            http,
+            Arc::clone(&gateway),
+            http_front::serve,
+            stop_fronts.clone(),
+        )),
+        tokio::spawn(listen::serve(
+            grpc,
+            Arc::clone(&gateway),
+            grpc_front::serve,
+            stop_fronts.clone(),
+        )),
+    ];
+    let admin = tokio::spawn(listen::serve(
+        admin,
+        Arc::clone(&gateway),
+        admin_front::serve,
+        stop_admin.clone(),
+    ));
 
     if args.endpoints.is_empty() {
         let client = kube::Client::try_default()
@@ -108,9 +130,21 @@ async fn run(args: Args) -> Result<()> {
     }
 
     wait_for_signal().await;
-    tracing::info!("shutting down");
-    // Answers already on their way get a moment to finish.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A Service keeps sending new connections here for a moment after the
+    // pod is deleted (endpoint removal propagates asynchronously): serve
+    // them, unready, then close the connections gracefully and let the
+    // requests in flight finish.
+    tracing::info!(drain_delay = ?args.drain_delay_ms, "shutting down: draining");
+    gateway.draining.store(true, Ordering::Relaxed);
+    tokio::time::sleep(args.drain_delay_ms).await;
+    stop_fronts.cancel();
+    let finished = tokio::time::timeout(args.shutdown_timeout_ms, futures::future::join_all(fronts)).await;
+    if finished.is_err() {
+        tracing::warn!(timeout = ?args.shutdown_timeout_ms, "requests still in flight at the shutdown timeout");
+    }
+    stop_admin.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(1), admin).await;
+    tracing::info!("stopped");
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! What every connection of the gateway shares.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::Response;
 
@@ -16,9 +17,18 @@ pub struct Gateway {
     /// The largest request body read before forwarding (a streamed gRPC
     /// body counts only up to its first message).
     pub max_body_bytes: usize,
+    /// Set on SIGTERM: /readyz fails so no new traffic comes, while the
+    /// requests already sent are still served.
+    pub draining: AtomicBool,
 }
 
 impl Gateway {
+    /// Whether this replica should be sent traffic: discovery has listed
+    /// the cluster's models and no shutdown has begun.
+    pub fn ready(&self) -> bool {
+        self.router.synced() && !self.draining.load(Ordering::Relaxed)
+    }
+
     /// Sends a request to a pod of its model ([`Upstream::forward`]).
     pub async fn forward(&self, request: Forward<'_>) -> Result<Response<Reply>, ForwardError> {
         self.upstream.forward(&self.router, &self.metrics, request).await

@@ -168,6 +168,58 @@ async fn a_pod_going_away_under_load_fails_no_request() {
     );
 }
 
+/// SIGTERM (a rollout or a scale-down of the gateway): it turns unready,
+/// still serves what comes during its drain delay, and exits only after
+/// every request it took has been answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_gateway_answers_every_request_it_took() {
+    let pod = Pod::start("drain", 200);
+    let mut gateway = Gateway::start(&[pod.endpoint("identity")], &["--drain-delay-ms", "500"]);
+    let client = gateway.grpc_client().await;
+    let in_flight: Vec<_> = (0..4)
+        .map(|i| {
+            let mut client = client.clone();
+            tokio::spawn(async move { client.model_infer(request("identity", &[i as f32])).await })
+        })
+        .collect();
+    wait_for_metric(&gateway, "nereid_gateway_endpoint_outstanding_requests{", " 4").await;
+
+    let readyz = format!("http://{}/readyz", gateway.metrics);
+    assert_eq!(reqwest::get(&readyz).await.unwrap().status(), 200);
+    gateway.process.signal_term();
+    let mut unready = false;
+    for _ in 0..100 {
+        if reqwest::get(&readyz).await.unwrap().status() == 503 {
+            unready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(unready, "/readyz fails once the gateway is shutting down");
+    // Still in its drain delay: a new request on the open connection is served.
+    let late = client.clone().model_infer(request("identity", &[9.0])).await;
+    assert!(late.is_ok(), "{late:?}");
+    for (i, answer) in in_flight.into_iter().enumerate() {
+        let answer = answer.await.unwrap();
+        assert!(answer.is_ok(), "request {i}: {answer:?}");
+    }
+    let status = tokio::task::block_in_place(|| gateway.process.wait_exit());
+    assert!(status.success(), "{status}");
+}
+
+/// Polls the gateway's metrics until a line starting with `series` ends
+/// with `value`.
+async fn wait_for_metric(gateway: &Gateway, series: &str, value: &str) {
+    for _ in 0..400 {
+        let metrics = gateway.metrics().await;
+        if metrics.lines().any(|l| l.starts_with(series) && l.ends_with(value)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no {series}..{value} in\n{}", gateway.metrics().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_errors_and_the_gateway_keeps_serving() {
     let pod = Pod::start("bad-input", 200);

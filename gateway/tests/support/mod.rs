@@ -90,18 +90,28 @@ impl Process {
 
     /// SIGTERM, as the kubelet stops a pod, and the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
+        self.signal_term();
+        self.wait_exit()
+    }
+
+    /// Sends SIGTERM and returns at once.
+    pub fn signal_term(&self) {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
             .expect("kill runs");
         assert!(status.success());
+    }
+
+    /// Waits (blocking, up to 30 s) for the process to exit.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
         for _ in 0..300 {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("did not exit within 30 s of SIGTERM:\n{}", self.log());
+        panic!("did not exit within 30 s:\n{}", self.log());
     }
 
     pub fn log(&self) -> String {
