@@ -8,7 +8,9 @@
 #   with `command: ["nereid-operator"]`;
 # - nereid-fetch: the serving pods the operator creates run nereid-server from
 #   this image, and their init container runs nereid-fetch from it to copy the
-#   model out of object storage.
+#   model out of object storage;
+# - nereid-gateway: the gateway Deployment of charts/nereid runs it with
+#   `command: ["nereid-gateway"]`.
 #
 # The build stage runs scripts/build.sh, the same recipe as outside a
 # container.

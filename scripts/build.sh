@@ -5,6 +5,7 @@
 #   OUT/bin/nereid-server    the inference server
 #   OUT/bin/nereid-fetch     copies a model from object storage (init container)
 #   OUT/bin/nereid-operator  the Kubernetes operator
+#   OUT/bin/nereid-gateway   the cluster-wide inference endpoint
 #   OUT/lib/libonnxruntime.so
 #
 # OUT is the first argument, dist/ in the repository by default. The
@@ -25,7 +26,7 @@ out=$(cd "${1:-$repo/dist}" && pwd)
 source "$repo/scripts/setup.sh"
 
 cd "$repo"
-cargo build --release --locked -p nereid-server -p nereid-operator --bins
+cargo build --release --locked -p nereid-server -p nereid-operator -p nereid-gateway --bins
 
 target=${CARGO_TARGET_DIR:-target}
 case $target in
@@ -33,14 +34,14 @@ case $target in
     *) target="$repo/$target" ;;
 esac
 
-# The four files are overwritten in place; nothing else in OUT is touched,
+# The five files are overwritten in place; nothing else in OUT is touched,
 # so OUT may be any folder (/out in the image build).
 mkdir -p "$out/bin" "$out/lib"
-for bin in nereid-server nereid-fetch nereid-operator; do
+for bin in nereid-server nereid-fetch nereid-operator nereid-gateway; do
     install -m 0755 "$target/release/$bin" "$out/bin/$bin"
 done
 # The wheel's file is versioned (libonnxruntime.so.1.x.y) and may be reached
 # through a link: copy the file itself, under the plain name.
 install -m 0644 "$(readlink -f "$ORT_DYLIB_PATH")" "$out/lib/libonnxruntime.so"
 
-echo "build: staged $out/bin (nereid-server, nereid-fetch, nereid-operator) and $out/lib/libonnxruntime.so" >&2
+echo "build: staged $out/bin (nereid-server, nereid-fetch, nereid-operator, nereid-gateway) and $out/lib/libonnxruntime.so" >&2

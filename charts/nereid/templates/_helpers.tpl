@@ -103,3 +103,48 @@ The external metrics API's Service, and the Secret of its serving certificate.
 {{- define "nereid.externalMetricsSecret" -}}
 {{- default (printf "%s-tls" (include "nereid.externalMetricsName" .)) .Values.externalMetrics.tls.secretName }}
 {{- end }}
+
+{{/*
+nereid-gateway: its objects are named "<fullname>-gateway" and labeled as
+the chart's with component "gateway".
+*/}}
+{{- define "nereid.gatewayName" -}}
+{{- printf "%s-gateway" (include "nereid.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The labels that select the gateway pods; immutable like the operator's. */}}
+{{- define "nereid.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ include "nereid.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{/* The labels every gateway object carries. */}}
+{{- define "nereid.gatewayLabels" -}}
+helm.sh/chart: {{ include "nereid.chart" . }}
+{{ include "nereid.gatewaySelectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: nereid
+{{- end }}
+
+{{/*
+The namespaces whose models the gateway serves: its own list, else the
+operator's watchNamespaces; empty means all.
+*/}}
+{{- define "nereid.gatewayNamespaces" -}}
+{{- join "," (default .Values.watchNamespaces .Values.gateway.namespaces) }}
+{{- end }}
+
+{{/* Stops rendering on gateway values that would deploy a broken gateway. */}}
+{{- define "nereid.gatewayValidate" -}}
+{{- $gateway := .Values.gateway }}
+{{- if le (int $gateway.terminationGracePeriodSeconds) (add (int $gateway.drainDelaySeconds) 2) }}
+{{- fail (printf "gateway.terminationGracePeriodSeconds (%d) must exceed gateway.drainDelaySeconds (%d) by more than 2 s: the requests in flight need time to finish after the drain." (int $gateway.terminationGracePeriodSeconds) (int $gateway.drainDelaySeconds)) }}
+{{- end }}
+{{- if and $gateway.autoscaling.enabled (not (dig "requests" "cpu" "" $gateway.resources)) }}
+{{- fail "gateway.autoscaling.enabled needs gateway.resources.requests.cpu: an HPA on CPU utilisation measures against the request." }}
+{{- end }}
+{{- end }}
