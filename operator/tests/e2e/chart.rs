@@ -17,7 +17,8 @@ use crate::wait::{self, LONG};
 
 /// What this suite sets in the chart (a user's values file): the operator
 /// pods on the process nodes (their nodeSelector and toleration), the
-/// serving image they hand to models, a short lease, and debug logs.
+/// serving image they hand to models, a short lease, and debug logs; one
+/// gateway replica, also on the process nodes.
 pub fn values(env: &Env) -> Result<std::path::PathBuf> {
     let (repository, tag) = SERVER_IMAGE.split_once(':').context("the server image's tag")?;
     let path = env.scratch("e2e-values.yaml");
@@ -28,7 +29,10 @@ pub fn values(env: &Env) -> Result<std::path::PathBuf> {
              leaseDurationSeconds: {LEASE_DURATION_SECS}\nlogLevel: info,nereid_operator=debug\n\
              nodeSelector:\n  nereid.dev/process-node: \"true\"\ntolerations:\n\
              - key: nereid.dev/process-node\n  operator: Exists\n  effect: NoSchedule\n\
-             autoscaling:\n  scrapeIntervalSeconds: 1\n  windowSeconds: 5\nkeda:\n  enabled: true\n"
+             autoscaling:\n  scrapeIntervalSeconds: 1\n  windowSeconds: 5\nkeda:\n  enabled: true\n\
+             gateway:\n  replicaCount: 1\n  drainDelaySeconds: 1\n  logLevel: info,nereid_gateway=debug\n  \
+             nodeSelector:\n    nereid.dev/process-node: \"true\"\n  tolerations:\n  \
+             - key: nereid.dev/process-node\n    operator: Exists\n    effect: NoSchedule\n"
         ),
     )?;
     Ok(path)

@@ -29,6 +29,7 @@ mod chart;
 mod cluster;
 mod env;
 mod examples;
+mod gateway;
 mod gpu;
 mod inference;
 mod leader;
@@ -89,6 +90,9 @@ const SCENARIOS: &[(&str, Run)] = &[
     }),
     ("hpa_scales_on_queue_time_through_the_external_metrics_api", |env| {
         Box::pin(autoscaling::run(env))
+    }),
+    ("gateway_routes_each_request_to_a_ready_pod_of_its_model", |env| {
+        Box::pin(gateway::run(env))
     }),
     ("process_node_reports_what_it_cannot_run", |env| {
         Box::pin(process_node::run(env))

@@ -10,7 +10,7 @@ use crate::cluster::Serving;
 use crate::env::is_executable;
 
 /// The programs a Nereid image holds, as the process nodes look them up.
-const IMAGE_PROGRAMS: &[&str] = &["nereid-server", "nereid-fetch", "nereid-operator"];
+const IMAGE_PROGRAMS: &[&str] = &["nereid-server", "nereid-fetch", "nereid-operator", "nereid-gateway"];
 
 /// The pod range of the suite's cluster.
 pub const POD_CIDR: &str = "10.244.0.0/16";
