@@ -67,11 +67,14 @@ EOF
     last_pid=$!
 }
 
-# gateway NAME PICKER ENDPOINT...: the gateway on 18200 (HTTP) / 18201 (gRPC).
+# gateway NAME PICKER ENDPOINT... [-- FLAG...]: the gateway on 18200 (HTTP) / 18201 (gRPC).
 gateway() {
     local name=$1 picker=$2; shift 2
     local flags=()
-    for endpoint in "$@"; do flags+=(--endpoint "identity=$endpoint"); done
+    while [ $# -gt 0 ]; do
+        if [ "$1" = "--" ]; then shift; flags+=("$@"); break; fi
+        flags+=(--endpoint "identity=$1"); shift
+    done
     "$bin/nereid-gateway" --address 127.0.0.1 --http-port 18200 --grpc-port 18201 --metrics-port 18202 \
         --picker "$picker" "${flags[@]}" >"$out/$name.log" 2>&1 &
     pids+=($!)
@@ -117,6 +120,22 @@ print(f"c={c}: direct {float(dr):.0f} infer/s p50 {dp50} us p99 {dp99} us | "
       f"gateway {float(gr):.0f} infer/s p50 {gp50} us p99 {gp99} us | "
       f"added p50 {int(gp50) - int(dp50)} us | gateway CPU / server CPU {ratio:.2f} "
       f"(ticks: server {s_gw}, gateway {g_gw}; server alone direct {s_direct})")
+EOF
+done
+stop "$gateway_pid"
+# The same through a gateway with one worker thread (--worker-threads 1).
+gateway a-gateway-1t least-loaded 127.0.0.1:18100,127.0.0.1:18101 -- --worker-threads 1; gateway_pid=$last_pid
+for c in 1 32; do
+    s1=$(cpu_ticks "$server_pid"); g1=$(cpu_ticks "$gateway_pid")
+    perf "a-gateway-1t-c$c" 127.0.0.1:18201 "$c"
+    s2=$(cpu_ticks "$server_pid"); g2=$(cpu_ticks "$gateway_pid")
+    read -r _ direct_p50 _ <<<"$(summary "a-direct-c$c")"
+    read -r gw_rate gw_p50 gw_p99 <<<"$(summary "a-gateway-1t-c$c")"
+    python3 - "$c" "$direct_p50" "$gw_rate" "$gw_p50" "$gw_p99" "$((s2 - s1))" "$((g2 - g1))" <<'EOF' | tee -a "$out/summary.txt"
+import sys
+c, dp50, gr, gp50, gp99, s_gw, g_gw = sys.argv[1:]
+print(f"c={c}, one worker thread: gateway {float(gr):.0f} infer/s p50 {gp50} us p99 {gp99} us | "
+      f"added p50 {int(gp50) - int(dp50)} us | gateway CPU / server CPU {int(g_gw) / max(int(s_gw), 1):.2f}")
 EOF
 done
 stop "$gateway_pid"; stop "$server_pid"; pids=()

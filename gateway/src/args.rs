@@ -56,6 +56,13 @@ pub struct Args {
     #[arg(long, env = "NEREID_GATEWAY_ATTEMPTS", default_value_t = 3)]
     pub attempts: usize,
 
+    /// Threads that serve requests; 0 means one per CPU. One thread spends
+    /// about a fifth less CPU per request than two on a small machine (no
+    /// wake-ups between threads), at the cost of using one core at most:
+    /// see docs/benchmarks.md before changing it.
+    #[arg(long, env = "NEREID_GATEWAY_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     /// After SIGTERM, how long the gateway keeps accepting connections with
     /// /readyz failing, while the cluster takes it out of its Service.
     #[arg(long, env = "NEREID_GATEWAY_DRAIN_DELAY", value_parser = parse_millis, default_value = "2000")]
