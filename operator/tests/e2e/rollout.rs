@@ -13,7 +13,7 @@ use crate::env::Env;
 use crate::inference;
 use crate::models;
 use crate::simple_model::{self, MODEL, NAMESPACE};
-use crate::traffic::{Tally, Traffic};
+use crate::traffic::Traffic;
 use crate::wait::{self, LONG};
 
 /// A config change rolls both pods while a client sends.
@@ -55,7 +55,7 @@ pub async fn spec_change(env: &Env) -> Result<()> {
     })
     .await?;
     let tally = traffic.stop().await;
-    no_failures("the rollout", &tally)?;
+    tally.no_failures("the rollout")?;
     ensure!(
         old.iter().any(|pod| tally.served_by.contains_key(pod)),
         "the old pods {old:?} served nothing during the rollout: {:?}",
@@ -98,7 +98,7 @@ pub async fn pod_deletion(env: &Env) -> Result<()> {
     })
     .await?;
     let tally = traffic.stop().await;
-    no_failures("the pod's deletion", &tally)?;
+    tally.no_failures("the pod's deletion")?;
     ensure!(
         tally.served_by.contains_key(&survivor),
         "the surviving pod served nothing: {tally:?}"
@@ -110,20 +110,4 @@ pub async fn pod_deletion(env: &Env) -> Result<()> {
 
 fn names(pods: &[Pod]) -> BTreeSet<String> {
     pods.iter().filter_map(|p| p.metadata.name.clone()).collect()
-}
-
-fn no_failures(during: &str, tally: &Tally) -> Result<()> {
-    println!(
-        "e2e: during {during}: {} requests answered correctly, {} failed, by pod: {:?}",
-        tally.ok, tally.failed, tally.served_by
-    );
-    ensure!(
-        tally.failed == 0,
-        "{} of {} requests failed during {during}; the first: {:#?}",
-        tally.failed,
-        tally.ok + tally.failed,
-        tally.failures
-    );
-    ensure!(tally.ok > 0, "no request was answered during {during}");
-    Ok(())
 }

@@ -66,6 +66,26 @@ pub struct Tally {
     pub served_by: BTreeMap<String, u64>,
 }
 
+impl Tally {
+    /// Prints what the traffic saw `during` something, and fails unless
+    /// every request was answered correctly (and some were).
+    pub fn no_failures(&self, during: &str) -> Result<()> {
+        println!(
+            "e2e: during {during}: {} requests answered correctly, {} failed, by pod: {:?}",
+            self.ok, self.failed, self.served_by
+        );
+        ensure!(
+            self.failed == 0,
+            "{} of {} requests failed during {during}; the first: {:#?}",
+            self.failed,
+            self.ok + self.failed,
+            self.failures
+        );
+        ensure!(self.ok > 0, "no request was answered during {during}");
+        Ok(())
+    }
+}
+
 /// One ready endpoint of a Service's `http` port.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoint {
