@@ -78,8 +78,11 @@ pub async fn run(env: &Env) -> Result<()> {
     ])
     .await
     .context("helm install with watchNamespaces")?;
+    // The release's operator (it also runs a gateway, whose namespaced
+    // RBAC --wait has just seen work: the gateway is ready only once it has
+    // listed team-a's models).
     let deployment = Api::<Deployment>::namespaced(env.client.clone(), NAMESPACE)
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels("app.kubernetes.io/component=operator"))
         .await?
         .items
         .into_iter()
@@ -94,33 +97,37 @@ pub async fn run(env: &Env) -> Result<()> {
         .and_then(|s| s.service_account_name.clone())
         .context("serviceAccountName")?;
 
-    // Its rights: a RoleBinding in the watched namespace, nothing elsewhere.
-    let bound_in = |namespace: &'static str| {
-        let account = account.clone();
-        async move {
-            let bindings = Api::<RoleBinding>::namespaced(env.client.clone(), namespace)
-                .list(&ListParams::default())
-                .await?;
-            anyhow::Ok(bindings.items.iter().any(|b| {
-                b.subjects
-                    .iter()
-                    .flatten()
-                    .any(|s| s.name == account && s.namespace.as_deref() == Some(NAMESPACE))
-            }))
-        }
+    // Its rights, and its gateway's: a RoleBinding in the watched namespace,
+    // nothing elsewhere.
+    let bound_in = |account: String, namespace: &'static str| async move {
+        let bindings = Api::<RoleBinding>::namespaced(env.client.clone(), namespace)
+            .list(&ListParams::default())
+            .await?;
+        anyhow::Ok(bindings.items.iter().any(|b| {
+            b.subjects
+                .iter()
+                .flatten()
+                .any(|s| s.name == account && s.namespace.as_deref() == Some(NAMESPACE))
+        }))
     };
-    ensure!(bound_in(WATCHED).await?, "no RoleBinding for {account} in {WATCHED}");
-    ensure!(
-        !bound_in(UNWATCHED).await?,
-        "a RoleBinding for {account} in {UNWATCHED}"
-    );
-    let cluster_wide = Api::<ClusterRoleBinding>::all(env.client.clone())
+    let cluster_bindings = Api::<ClusterRoleBinding>::all(env.client.clone())
         .list(&ListParams::default())
         .await?
-        .items
-        .into_iter()
-        .any(|b| b.subjects.iter().flatten().any(|s| s.name == account));
-    ensure!(!cluster_wide, "{account} is bound cluster-wide");
+        .items;
+    for account in [account, format!("{RELEASE}-nereid-gateway")] {
+        ensure!(
+            bound_in(account.clone(), WATCHED).await?,
+            "no RoleBinding for {account} in {WATCHED}"
+        );
+        ensure!(
+            !bound_in(account.clone(), UNWATCHED).await?,
+            "a RoleBinding for {account} in {UNWATCHED}"
+        );
+        let cluster_wide = cluster_bindings
+            .iter()
+            .any(|b| b.subjects.iter().flatten().any(|s| s.name == account));
+        ensure!(!cluster_wide, "{account} is bound cluster-wide");
+    }
 
     wait::until("a scoped operator pod to lead", LONG, || async {
         let replicas = operator::replicas(env, NAMESPACE, RELEASE).await?;
