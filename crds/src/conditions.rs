@@ -31,6 +31,8 @@ pub mod reason {
     pub const INSUFFICIENT_GPU: &str = "InsufficientGPU";
     /// The Secret named in `spec.source.credentialsSecret` does not exist.
     pub const MISSING_SECRET: &str = "MissingSecret";
+    /// The PersistentVolumeClaim of a `pvc://` source does not exist.
+    pub const MISSING_PVC: &str = "MissingPVC";
     /// The spec failed validation.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Everything is up and serving.

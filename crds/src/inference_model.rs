@@ -21,7 +21,7 @@ pub use resources::ModelResources;
 pub use scheduling::Scheduling;
 pub use server::{RepositoryApi, ServerPorts, ServerSpec, ServerTls};
 pub use source::{ModelSource, VersionPolicy};
-pub use status::{AutoscalingStatus, Endpoints, Failure, InferenceModelStatus};
+pub use status::{Address, AutoscalingStatus, Endpoints, Failure, InferenceModelStatus};
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -49,22 +49,64 @@ use serde::{Deserialize, Serialize};
     printcolumn(
         name = "Ready",
         type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#,
-        description = "Whether every wanted replica serves the model"
+        json_path = ".status.ready",
+        description = "Serving pods ready with the model loaded, over those wanted"
     ),
     printcolumn(
-        name = "Replicas",
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.reason",
+        description = "Why the model is not Ready (the Ready condition's reason); empty while Ready"
+    ),
+    printcolumn(
+        name = "URL",
+        type_ = "string",
+        json_path = ".status.url",
+        description = "The model's infer URL: through nereid-gateway when it is installed, else its Service"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "gRPC",
+        type_ = "string",
+        json_path = ".status.endpoints.grpc",
+        description = "The gRPC address of the model's Service",
+        priority = 1
+    ),
+    printcolumn(
+        name = "GPUs",
         type_ = "integer",
-        json_path = ".status.readyReplicas",
-        description = "Ready serving pods"
+        json_path = ".spec.resources.gpu",
+        description = "GPUs per serving pod",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Min",
+        type_ = "integer",
+        json_path = ".spec.autoscaling.minReplicas",
+        description = "Fewest replicas the autoscaler keeps",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Max",
+        type_ = "integer",
+        json_path = ".spec.autoscaling.maxReplicas",
+        description = "Most replicas the autoscaler makes",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Current",
+        type_ = "integer",
+        json_path = ".status.replicas",
+        description = "Serving pods that exist now",
+        priority = 1
     ),
     printcolumn(
         name = "Model URI",
         type_ = "string",
         json_path = ".spec.source.uri",
-        description = "Where the model repository is read from"
-    ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+        description = "Where the model repository is read from",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceModelSpec {
@@ -75,7 +117,6 @@ pub struct InferenceModelSpec {
     pub config: Option<ModelConfigOverride>,
     /// Number of serving pods (default 1). Managed by the HPA when autoscaling is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::rules::REPLICAS.cel())]
     pub replicas: Option<i32>,
     /// CPU, memory and GPU requested by each serving pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -9,7 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::Autoscaling;
+use crate::{Address, Autoscaling};
 
 /// A DAG of InferenceModels served under one model name.
 // clippy reads the repeated `type_ = "string"` of separate printcolumns as duplicates.
@@ -33,14 +33,32 @@ use crate::Autoscaling;
     printcolumn(
         name = "Ready",
         type_ = "string",
-        json_path = r#".status.conditions[?(@.type=="Ready")].status"#,
-        description = "Whether the ensemble and all its members serve"
+        json_path = ".status.ready",
+        description = "Ensemble pods ready, over those wanted"
     ),
     printcolumn(
         name = "Placement",
         type_ = "string",
         json_path = ".spec.placement",
         description = "remote or colocated"
+    ),
+    printcolumn(
+        name = "Members",
+        type_ = "string",
+        json_path = ".status.members",
+        description = "Member InferenceModels that are Ready, over all members"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.reason",
+        description = "Why the ensemble is not Ready (the Ready condition's reason); empty while Ready"
+    ),
+    printcolumn(
+        name = "URL",
+        type_ = "string",
+        json_path = ".status.url",
+        description = "The ensemble's infer URL"
     ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -65,7 +83,6 @@ pub struct ModelEnsembleSpec {
     pub placement: Option<Placement>,
     /// Number of ensemble pods (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = crate::rules::ENSEMBLE_REPLICAS.cel())]
     pub replicas: Option<i32>,
     /// Horizontal autoscaling of the ensemble pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,6 +149,23 @@ pub struct ModelEnsembleStatus {
     /// Ensemble pods that are ready.
     #[serde(default)]
     pub ready_replicas: i32,
+    /// Ready ensemble pods over wanted ones (e.g. `1/1`): the READY column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    /// Member InferenceModels that are Ready over all members (e.g. `1/2`):
+    /// the MEMBERS column. A member named by several steps counts once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub members: Option<String>,
+    /// Why the ensemble is not Ready: the Ready condition's reason; absent
+    /// while it is Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The ensemble's KServe v2 infer URL, once it is served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The same URL in Knative's and KServe's Addressable shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<Address>,
     /// Label selector of the ensemble pods, as a string.
     #[serde(default)]
     pub selector: String,

@@ -39,11 +39,16 @@ fn has_rule(schema: &Value, path: &str, rule: nereid_crds::rules::Check) {
         rules(node)
     );
     let messages = node["x-kubernetes-validations"].as_array().unwrap();
-    assert!(
-        messages.iter().any(|r| r["message"] == rule.message),
-        "{path}: message of {:?}",
-        rule.rule
-    );
+    let said = |r: &&Value| match rule.message_expression {
+        Some(expression) => r["messageExpression"] == expression,
+        None => r["message"] == rule.message,
+    };
+    assert!(messages.iter().any(|r| said(&r)), "{path}: message of {:?}", rule.rule);
+}
+
+/// No rule of ours at `path`: the API server's own check covers it.
+fn has_no_rule(schema: &Value, path: &str) {
+    assert_eq!(rules(at(schema, path)), Vec::<String>::new(), "{path}");
 }
 
 #[test]
@@ -81,15 +86,29 @@ fn inference_model_names_and_subresources() {
         .as_ref()
         .unwrap()
         .iter()
-        .map(|c| (c.name.as_str(), c.type_.as_str(), c.json_path.as_str()))
+        .map(|c| {
+            (
+                c.name.as_str(),
+                c.type_.as_str(),
+                c.json_path.as_str(),
+                c.priority.unwrap_or(0),
+            )
+        })
         .collect();
     assert_eq!(
         columns,
         [
-            ("Ready", "string", r#".status.conditions[?(@.type=="Ready")].status"#),
-            ("Replicas", "integer", ".status.readyReplicas"),
-            ("Model URI", "string", ".spec.source.uri"),
-            ("Age", "date", ".metadata.creationTimestamp"),
+            ("Ready", "string", ".status.ready", 0),
+            ("Reason", "string", ".status.reason", 0),
+            ("URL", "string", ".status.url", 0),
+            ("Age", "date", ".metadata.creationTimestamp", 0),
+            // -o wide.
+            ("gRPC", "string", ".status.endpoints.grpc", 1),
+            ("GPUs", "integer", ".spec.resources.gpu", 1),
+            ("Min", "integer", ".spec.autoscaling.minReplicas", 1),
+            ("Max", "integer", ".spec.autoscaling.maxReplicas", 1),
+            ("Current", "integer", ".status.replicas", 1),
+            ("Model URI", "string", ".spec.source.uri", 1),
         ]
     );
 }
@@ -98,7 +117,7 @@ fn inference_model_names_and_subresources() {
 fn inference_model_cel_rules() {
     use nereid_crds::rules::*;
     let s = schema(&parsed()[0]);
-    has_rule(&s, "spec.replicas", REPLICAS);
+    has_no_rule(&s, "spec.replicas");
     has_rule(&s, "spec.source.uri", URI_SCHEME);
     has_rule(&s, "spec.source.version", VERSION_ONE_OF);
     has_rule(&s, "spec.autoscaling", MIN_LE_MAX);
@@ -194,12 +213,12 @@ fn model_ensemble_shape_and_rules() {
         .iter()
         .map(|c| c.name.as_str())
         .collect();
-    assert_eq!(columns, ["Ready", "Placement", "Age"]);
+    assert_eq!(columns, ["Ready", "Placement", "Members", "Reason", "URL", "Age"]);
 
     let s = schema(crd);
     has_rule(&s, "spec.steps", STEPS_NOT_EMPTY);
     has_rule(&s, "spec.steps", STEP_NAMES_UNIQUE);
-    has_rule(&s, "spec.replicas", ENSEMBLE_REPLICAS);
+    has_no_rule(&s, "spec.replicas");
     has_rule(&s, "spec.autoscaling", MIN_LE_MAX);
     assert_eq!(at(&s, "spec.steps")["maxItems"], 64);
     assert_eq!(at(&s, "spec.steps.[].name")["maxLength"], 63);

@@ -8,10 +8,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelResources {
-    /// CPU request and limit, e.g. "2" or "500m".
+    /// CPU request and limit: a Kubernetes quantity, written as an integer or
+    /// a string (int-or-string; `kubectl explain` shows every such field of a
+    /// custom resource as `<Object>`), e.g. 2, "2" or "500m".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<Quantity>,
-    /// Memory request and limit, e.g. "4Gi".
+    /// Memory request and limit: a Kubernetes quantity, written as an integer
+    /// (bytes) or a string (int-or-string), e.g. "4Gi" or "512M".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Quantity>,
     /// Number of GPUs (of gpuResource) per pod. 0 or unset: CPU only.

@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerSpec {
-    /// Server image. Default: the operator's own nereid image.
+    /// Server image. Default: the operator's `--server-image`
+    /// (`NEREID_SERVER_IMAGE`), which the Helm chart sets from its
+    /// `serverImage` value (ghcr.io/nereid-dev/nereid at the chart's
+    /// appVersion); an operator started without it uses `nereid:latest`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Extra command-line arguments appended to the server's own.

@@ -17,6 +17,22 @@ pub struct InferenceModelStatus {
     /// Serving pods that are ready with the model loaded.
     #[serde(default)]
     pub ready_replicas: i32,
+    /// Ready serving pods over wanted ones, as kubectl shows Deployments
+    /// (e.g. `2/3`): the READY column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    /// Why the model is not Ready: the Ready condition's reason (e.g.
+    /// `InsufficientGPU`); absent while it is Ready. The REASON column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The model's KServe v2 infer URL (`.../v2/models/<name>/infer`):
+    /// through nereid-gateway when the operator knows of one that routes
+    /// this namespace, else the model's own Service (`endpoints`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The same URL in Knative's and KServe's Addressable shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<Address>,
     /// Label selector of the serving pods, as a string (used by the HPA through the scale subresource).
     #[serde(default)]
     pub selector: String,
@@ -65,6 +81,15 @@ pub struct AutoscalingStatus {
     /// The human-readable side of `reason`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// Where a resource is called, in Knative's Addressable shape
+/// (`status.address.url`), which KServe's InferenceService also uses.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Address {
+    /// The infer URL.
+    pub url: String,
 }
 
 /// In-cluster addresses of a model's Service.

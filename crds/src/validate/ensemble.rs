@@ -46,7 +46,7 @@ fn check_names(errors: &mut Errors, spec: &ModelEnsembleSpec) {
             errors.push(format!("spec.steps[{i}].name must not be empty"));
         } else if !seen.insert(step.name.as_str()) {
             errors.push(format!(
-                "{} ({:?} appears more than once)",
+                "{}: {:?} appears more than once",
                 rules::STEP_NAMES_UNIQUE.message,
                 step.name
             ));

@@ -228,7 +228,10 @@ fn steps_must_exist_and_have_unique_names() {
     spec.steps[1].name = "a".into();
     let errors = ensemble_errors(&spec);
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].starts_with(rules::STEP_NAMES_UNIQUE.message));
+    assert_eq!(
+        errors[0],
+        format!("{}: \"a\" appears more than once", rules::STEP_NAMES_UNIQUE.message)
+    );
 }
 
 #[test]
