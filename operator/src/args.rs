@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::autoscaling::scraper::ScrapeSettings;
-use crate::context::{Autoscaler, OperatorConfig};
+use crate::context::{Autoscaler, Gateway, OperatorConfig};
 use crate::external_metrics::ServeSettings;
 
 /// The Nereid Kubernetes operator.
@@ -28,6 +28,16 @@ pub struct Args {
     /// namespaces only (the Helm chart binds its ClusterRole per namespace).
     #[arg(long, env = "NEREID_WATCH_NAMESPACES", value_delimiter = ',', num_args = 0..)]
     pub watch_namespaces: Vec<String>,
+
+    /// The HTTP base URL of the cluster's nereid-gateway
+    /// (`http://<service>.<namespace>.svc.<domain>:8000`), when one is
+    /// installed: `status.url` then points there.
+    #[arg(long, env = "NEREID_GATEWAY_URL")]
+    pub gateway_url: Option<String>,
+
+    /// The namespaces that gateway routes, comma-separated; all when empty.
+    #[arg(long, env = "NEREID_GATEWAY_NAMESPACES", value_delimiter = ',', num_args = 0..)]
+    pub gateway_namespaces: Vec<String>,
 
     /// Where /healthz, /readyz and /metrics are served.
     #[arg(long, env = "NEREID_OPERATOR_METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
@@ -136,18 +146,10 @@ pub struct ElectionArgs {
 }
 
 impl Args {
-    /// The namespaces to watch, `None` meaning all (blank entries dropped,
-    /// duplicates removed, so `NEREID_WATCH_NAMESPACES=""` means all).
+    /// The namespaces to watch, `None` meaning all (so
+    /// `NEREID_WATCH_NAMESPACES=""` means all).
     pub fn watched_namespaces(&self) -> Option<Vec<String>> {
-        let mut namespaces: Vec<String> = self
-            .watch_namespaces
-            .iter()
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect();
-        namespaces.sort();
-        namespaces.dedup();
-        (!namespaces.is_empty()).then_some(namespaces)
+        namespace_list(&self.watch_namespaces)
     }
 
     pub fn operator_config(&self) -> OperatorConfig {
@@ -158,13 +160,36 @@ impl Args {
             // clap refuses keda without the service address.
             _ => Autoscaler::Hpa,
         };
+        let gateway = self
+            .gateway_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .map(|url| Gateway {
+                http: url.to_string(),
+                namespaces: namespace_list(&self.gateway_namespaces),
+            });
         OperatorConfig {
             server_image: self.server_image.clone(),
             field_manager: "nereid-operator".into(),
             cluster_domain: self.cluster_domain.clone(),
             autoscaler,
+            gateway,
         }
     }
+}
+
+/// A namespace list flag: `None` meaning all (blank entries dropped,
+/// duplicates removed, so an empty variable means all).
+fn namespace_list(given: &[String]) -> Option<Vec<String>> {
+    let mut namespaces: Vec<String> = given
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    (!namespaces.is_empty()).then_some(namespaces)
 }
 
 impl ElectionArgs {
@@ -217,6 +242,24 @@ mod tests {
             PathBuf::from("/tls/tls.crt")
         );
         assert_eq!(args.autoscaling.scrape_settings().window, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_gateway_is_known_only_when_its_url_is_given() {
+        assert_eq!(parse(&[]).operator_config().gateway, None);
+        assert_eq!(parse(&["--gateway-url", " "]).operator_config().gateway, None);
+        let gateway = parse(&[
+            "--gateway-url",
+            "http://gw.nereid.svc.cluster.local:8000",
+            "--gateway-namespaces",
+            "b,a,",
+        ])
+        .operator_config()
+        .gateway
+        .unwrap();
+        assert_eq!(gateway.http, "http://gw.nereid.svc.cluster.local:8000");
+        assert_eq!(gateway.namespaces, Some(vec!["a".to_string(), "b".to_string()]));
+        assert!(gateway.routes("a") && !gateway.routes("c"));
     }
 
     #[test]

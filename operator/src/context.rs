@@ -28,6 +28,27 @@ pub struct OperatorConfig {
     pub cluster_domain: String,
     /// What `spec.autoscaling` turns into.
     pub autoscaler: Autoscaler,
+    /// The cluster's nereid-gateway, when one is installed: `status.url`
+    /// points there for the namespaces it routes.
+    pub gateway: Option<Gateway>,
+}
+
+/// A nereid-gateway the operator was told of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gateway {
+    /// Its HTTP base URL, e.g. `http://nereid-gateway.nereid.svc.cluster.local:8000`.
+    pub http: String,
+    /// The namespaces it routes; `None`: all of them.
+    pub namespaces: Option<Vec<String>>,
+}
+
+impl Gateway {
+    /// Whether it routes models of `namespace`.
+    pub fn routes(&self, namespace: &str) -> bool {
+        self.namespaces
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|n| n == namespace))
+    }
 }
 
 /// Who scales an autoscaled model.
@@ -48,6 +69,7 @@ impl Default for OperatorConfig {
             field_manager: "nereid-operator".into(),
             cluster_domain: "cluster.local".into(),
             autoscaler: Autoscaler::Hpa,
+            gateway: None,
         }
     }
 }

@@ -5,13 +5,15 @@
 //!
 //! 1. validate the spec ([`validate`]); an invalid one gets a status that
 //!    says why and nothing is applied;
-//! 2. check that the credentials Secret exists (a missing one is a status
-//!    condition, not a reason to stop: the pods start once it appears);
+//! 2. check that the credentials Secret and a `pvc://` claim exist (a
+//!    missing one is a status condition, not a reason to stop: the pods
+//!    start once it appears);
 //! 3. build the desired objects ([`crate::builders`], pure);
 //! 4. server-side apply each of them with one field manager ([`apply`]),
 //!    except an HPA when another autoscaler already scales the pods;
 //! 5. list the model's pods and derive the status ([`crate::status`], pure),
-//!    asking one ready pod which versions it serves ([`loaded_versions`]);
+//!    asking one ready pod which versions it serves ([`loaded_versions`]),
+//!    and reading the nodes' free GPUs while pods wait for GPUs;
 //! 6. write the status only when it changed, and tell about condition
 //!    transitions with Kubernetes Events ([`events`]).
 //!
@@ -32,23 +34,24 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
-use kube::runtime::controller::{Action, Config};
+use kube::runtime::controller::{Action, Config, Error as ControllerError};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use nereid_crds::conditions::PROGRESSING;
 use nereid_crds::{InferenceModel, InferenceModelStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::builders::{self, AutoscalerObject, labels, service};
+use crate::builders::{self, AutoscalerObject, deployment, labels, service};
 use crate::context::Context;
 use crate::error::Error;
-use crate::status;
+use crate::status::{self, Missing, gpus::GpuCapacity};
 
 /// The `kind` label of this controller's metrics.
 pub const KIND: &str = "InferenceModel";
@@ -60,20 +63,36 @@ pub const PROGRESSING_REQUEUE: Duration = Duration::from_secs(10);
 
 /// Brings one InferenceModel's objects and status in line with its spec.
 pub async fn reconcile(model: Arc<InferenceModel>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    ctx.metrics.reconcile_started(KIND);
-    let result = reconcile_stages(&model, &ctx).await;
-    ctx.metrics.reconcile_duration(KIND, started.elapsed().as_secs_f64());
-    result
+    measured(KIND, &ctx, reconcile_stages(&model, &ctx)).await
 }
 
 /// What to do after a failed reconcile: count it, and retry after the
 /// error kind's backoff.
 pub fn error_policy(model: Arc<InferenceModel>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.reconcile_failed(KIND, error.kind());
+    retry_after(KIND, &*model, error, &ctx)
+}
+
+/// Runs one reconcile of a `kind`, counted and timed in the metrics.
+pub(crate) async fn measured(
+    kind: &'static str,
+    ctx: &Context,
+    stages: impl Future<Output = Result<Action, Error>>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconcile_started(kind);
+    let result = stages.await;
+    ctx.metrics.reconcile_duration(kind, started.elapsed().as_secs_f64());
+    result
+}
+
+/// Every controller's error policy: count the failure, log it, and retry
+/// after the error kind's backoff.
+pub(crate) fn retry_after<K: ResourceExt>(kind: &'static str, object: &K, error: &Error, ctx: &Context) -> Action {
+    ctx.metrics.reconcile_failed(kind, error.kind());
     tracing::warn!(
-        model = %model.name_any(),
-        namespace = model.namespace().unwrap_or_default(),
+        resource = kind,
+        name = %object.name_any(),
+        namespace = object.namespace().unwrap_or_default(),
         kind = error.kind(),
         error = %error,
         "reconcile failed"
@@ -99,18 +118,9 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
         return Err(Error::InvalidSpec(problems));
     }
 
-    // 2. The credentials Secret (metadata only: the operator never reads its data).
-    let secret_missing = match &model.spec.source.credentials_secret {
-        Some(secret) => {
-            let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-            secrets
-                .get_metadata_opt(secret)
-                .await?
-                .is_none()
-                .then(|| secret.clone())
-        }
-        None => None,
-    };
+    // 2. What the pods need: the credentials Secret and a pvc:// claim
+    // (metadata only: the operator never reads a Secret's data).
+    let missing = missing_source(&ctx.client, &namespace, model).await?;
 
     // 3 and 4. Build and apply; never a second HPA over pods another one scales.
     let mut desired = builders::desired(model, &ctx.config);
@@ -133,14 +143,18 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
         .list(&ListParams::default().labels(&labels::selector_string(model)))
         .await?
         .items;
-    let mut status = status::derive_status(
-        model,
-        Some(&applied.deployment),
-        &pods,
-        secret_missing.as_deref(),
-        &ctx.config.cluster_domain,
-        now(),
-    );
+    let now = now();
+    let gpus = match status::waits_for_gpus(model, &pods, &now) {
+        true => gpu_capacity(&ctx.client, model).await,
+        false => None,
+    };
+    let observed = status::Observed {
+        deployment: Some(&applied.deployment),
+        pods: &pods,
+        missing: missing.as_ref(),
+        gpus: gpus.as_ref(),
+    };
+    let mut status = status::derive_status(model, &observed, &ctx.config, now);
     if let Some(versions) = loaded_versions::query(&pods, &name, service::ports(model).http).await {
         status.loaded_versions = versions;
     }
@@ -154,8 +168,10 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
 
     // 6. Report.
     write_status(&models, model, status, ctx).await?;
-    if let Some(secret) = secret_missing {
-        return Err(Error::MissingSecret(secret));
+    match missing {
+        Some(Missing::Secret(secret)) => return Err(Error::MissingSecret(secret)),
+        Some(Missing::Claim(claim)) => return Err(Error::MissingClaim(claim)),
+        None => {}
     }
     tracing::debug!(model = %name, %namespace, progressing, "reconciled");
     Ok(Action::requeue(if progressing {
@@ -163,6 +179,65 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
     } else {
         SETTLED_REQUEUE
     }))
+}
+
+/// The credentials Secret or the pvc:// claim the model names, when it
+/// does not exist. Only metadata is read.
+async fn missing_source(
+    client: &kube::Client,
+    namespace: &str,
+    model: &InferenceModel,
+) -> Result<Option<Missing>, Error> {
+    if let Some(secret) = &model.spec.source.credentials_secret {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        if secrets.get_metadata_opt(secret).await?.is_none() {
+            return Ok(Some(Missing::Secret(secret.clone())));
+        }
+    }
+    if let Some((claim, _)) = deployment::pvc_source(&model.spec.source.uri) {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+        if claims.get_metadata_opt(claim).await?.is_none() {
+            return Ok(Some(Missing::Claim(claim.to_string())));
+        }
+    }
+    Ok(None)
+}
+
+/// The free GPUs of the model's GPU resource on the cluster's nodes, or
+/// `None` when they cannot be read (an operator limited to some namespaces
+/// may not read nodes, or other namespaces' pods): the status then quotes
+/// the scheduler alone.
+async fn gpu_capacity(client: &kube::Client, model: &InferenceModel) -> Option<GpuCapacity> {
+    let (wanted, resource) = deployment::gpus(model);
+    let read = async {
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let mut pods = Vec::new();
+        let holders = nodes.iter().filter(|node| {
+            let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+            allocatable.is_some_and(|a| a.contains_key(&resource))
+        });
+        // Only the pods of nodes that have the resource, by field selector.
+        for node in holders {
+            let Some(name) = node.metadata.name.as_deref() else {
+                continue;
+            };
+            let on_node = ListParams::default().fields(&format!(
+                "spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+            ));
+            pods.extend(Api::<Pod>::all(client.clone()).list(&on_node).await?.items);
+        }
+        Ok::<_, kube::Error>(status::gpus::capacity(&resource, wanted, &nodes, &pods))
+    };
+    match read.await {
+        Ok(capacity) => Some(capacity),
+        Err(error) => {
+            tracing::debug!(%error, "cannot read the nodes' free GPUs");
+            None
+        }
+    }
 }
 
 /// The name of an HPA the model does not own that scales its pods (through
@@ -201,8 +276,13 @@ async fn write_status(
     if model.status.as_ref() == Some(&status) {
         return Ok(());
     }
-    apply::patch_status(models, model, &status, &ctx.config.field_manager).await?;
-    events::publish(&ctx.recorder, model, model.status.as_ref(), &status).await;
+    apply::patch_status(models, &model.name_any(), &status, &ctx.config.field_manager).await?;
+    let previous = model
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    events::publish(&ctx.recorder, &model.object_ref(&()), previous, &status.conditions).await;
     Ok(())
 }
 
@@ -210,7 +290,7 @@ fn is_true(status: &InferenceModelStatus, type_: &str) -> bool {
     status.conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
 }
 
-fn now() -> Time {
+pub(crate) fn now() -> Time {
     Time(Timestamp::now())
 }
 
@@ -244,7 +324,8 @@ pub async fn run(
     stopper.abort();
 }
 
-/// One controller over `namespace` (or all namespaces).
+/// The controllers over `namespace` (or all namespaces): InferenceModels,
+/// and ModelEnsembles ([`crate::ensemble::controller`]).
 ///
 /// Owned objects are watched through their metadata only and filtered to the
 /// operator's label; pods are watched (by label) because their state changes
@@ -255,8 +336,7 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<String>, stop: Cancellation
     let client = ctx.client.clone();
     let scope = namespace.as_deref();
     let managed = watcher::Config::default().labels(&labels::managed_selector());
-    let controller = Controller::new(scoped::<InferenceModel>(&client, scope), watcher::Config::default());
-    controller
+    let controller = Controller::new(scoped::<InferenceModel>(&client, scope), watcher::Config::default())
         .with_config(Config::default().debounce(Duration::from_secs(1)))
         .owns(scoped::<ConfigMap>(&client, scope), managed.clone())
         .owns(scoped::<Deployment>(&client, scope), managed.clone())
@@ -267,22 +347,34 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<String>, stop: Cancellation
         .watches(scoped::<Pod>(&client, scope), managed, |pod| {
             watches::model_of_pod(&pod)
         })
-        .graceful_shutdown_on(stop.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::trace!(%object, "reconciled"),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {
-                    // Already counted and logged by `error_policy`.
-                }
-                Err(error) => tracing::warn!(%error, "controller error"),
-            }
-        })
-        .await;
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| async move { log_outcome(result) });
+    let ensembles = crate::ensemble::controller::run_in(ctx, namespace, stop.cancelled_owned());
+    futures::join!(controller, ensembles);
+}
+
+/// Logs what a controller's stream yields that nobody else reported.
+pub(crate) fn log_outcome<K>(result: Result<(ObjectRef<K>, Action), ControllerError<Error, watcher::Error>>)
+where
+    K: Resource,
+    K::DynamicType: std::fmt::Debug + Eq + std::hash::Hash + Clone,
+{
+    match result {
+        Ok((object, _)) => tracing::trace!(%object, "reconciled"),
+        // Already counted and logged by the error policy.
+        Err(ControllerError::ReconcilerFailed(..)) => {}
+        // A deleted object's owned objects and pods go after it, and their
+        // watch events still name it: expected, not a problem.
+        Err(ControllerError::ObjectNotFound(object)) => {
+            tracing::debug!(%object, "not reconciled: already deleted");
+        }
+        Err(error) => tracing::warn!(%error, "controller error"),
+    }
 }
 
 /// An API over one namespace, or over all of them.
-fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+pub(crate) fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
 {

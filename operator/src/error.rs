@@ -19,6 +19,9 @@ pub enum Error {
     /// `spec.source.credentialsSecret` names a Secret that does not exist.
     #[error("credentials Secret '{0}' not found")]
     MissingSecret(String),
+    /// A `pvc://` source names a PersistentVolumeClaim that does not exist.
+    #[error("PersistentVolumeClaim '{0}' not found")]
+    MissingClaim(String),
     /// An object could not be turned into a request body.
     #[error("failed to serialize {what}: {source}")]
     Serialize {
@@ -38,6 +41,7 @@ impl Error {
             Error::Kube(_) => "kube",
             Error::InvalidSpec(_) => "invalid_spec",
             Error::MissingSecret(_) => "missing_secret",
+            Error::MissingClaim(_) => "missing_pvc",
             Error::Serialize { .. } => "serialize",
             Error::MissingField(_) => "missing_field",
         }
@@ -54,7 +58,7 @@ impl Error {
     pub fn requeue(&self) -> Duration {
         match self {
             Error::InvalidSpec(_) | Error::Serialize { .. } | Error::MissingField(_) => Duration::from_secs(300),
-            Error::MissingSecret(_) => Duration::from_secs(5),
+            Error::MissingSecret(_) | Error::MissingClaim(_) => Duration::from_secs(5),
             Error::Kube(kube::Error::Api(status)) => match status.code {
                 409 => Duration::from_secs(5),
                 429 | 500..=599 => Duration::from_secs(15),
@@ -82,6 +86,7 @@ mod tests {
         assert_eq!(api(500).kind(), "kube");
         assert_eq!(Error::InvalidSpec(vec![]).kind(), "invalid_spec");
         assert_eq!(Error::MissingSecret("s".into()).kind(), "missing_secret");
+        assert_eq!(Error::MissingClaim("c".into()).kind(), "missing_pvc");
         assert_eq!(Error::MissingField("namespace").kind(), "missing_field");
     }
 

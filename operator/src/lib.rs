@@ -18,6 +18,7 @@
 //! - [`builders`]: pure functions from an InferenceModel to the objects it owns.
 //! - [`status`]: pure derivation of the status from the Deployment and the pods.
 //! - [`controller`]: the reconcile stages, the error policy and the watches.
+//! - [`ensemble`]: ModelEnsembles: their status from their members, and their controller.
 //! - [`autoscaling`]: the serving pods' metrics, scraped and turned into per-model figures.
 //! - [`external_metrics`]: those figures as `external.metrics.k8s.io`, for the HPA controller.
 //! - [`external_scaler`]: the same figures as KEDA's External Scaler gRPC service.
@@ -31,6 +32,7 @@ pub mod autoscaling;
 pub mod builders;
 pub mod context;
 pub mod controller;
+pub mod ensemble;
 pub mod error;
 pub mod external_metrics;
 pub mod external_scaler;

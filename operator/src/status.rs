@@ -1,8 +1,9 @@
 //! An InferenceModel's status, derived from what the cluster shows.
 //!
-//! Pure functions: the owned Deployment, the model's pods, whether the
-//! credentials Secret exists, and the time go in; an `InferenceModelStatus`
-//! comes out. Nothing here hopes: `Ready` is True only when every wanted
+//! Pure functions: the owned Deployment, the model's pods, whether what
+//! its pods need exists (the credentials Secret, a pvc:// claim), the nodes'
+//! free GPUs when pods wait for them, and the time go in; an
+//! `InferenceModelStatus` comes out. Nothing here hopes: `Ready` is True only when every wanted
 //! replica is ready (its readiness probe is the model's own ready endpoint)
 //! and no pod shows a problem, so a crash-looping rollout or a failed load
 //! never looks ready. Unchanged inputs give an equal status (transition
@@ -11,21 +12,27 @@
 //! - [`pods`]: reasons read from the pods (waiting reasons, scheduler messages).
 //! - [`conditions`]: setting conditions with Kubernetes' transition-time rules.
 //! - [`autoscaling`]: what the model's HPA and the scrapes of its pods say.
+//! - [`gpus`]: the free GPUs of the nodes, for an InsufficientGPU message.
+//! - [`address`]: where a model is called (its Service, or nereid-gateway).
 
+pub mod address;
 pub mod autoscaling;
 pub mod conditions;
+pub mod gpus;
 pub mod pods;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use nereid_crds::conditions::{DEGRADED, MODEL_LOADED, PROGRESSING, READY, reason};
-use nereid_crds::{Endpoints, Failure, InferenceModel, InferenceModelStatus};
+use nereid_crds::{Address, Failure, InferenceModel, InferenceModelStatus};
 
 use self::conditions::{Conditions, reason as local};
+use self::gpus::GpuCapacity;
 use self::pods::Finding;
 use crate::builders::{deployment, labels, service};
+use crate::context::OperatorConfig;
 
 /// Where the Deployment's rollout stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,38 +45,92 @@ pub enum Rollout {
     Stalled(String),
 }
 
-/// The status of `model`, given its Deployment (as last applied or read),
-/// its pods, the name of its credentials Secret if that is missing, and `now`.
+/// What the controller saw of a model's world, for [`derive_status`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Observed<'a> {
+    /// The model's Deployment, as last applied or read.
+    pub deployment: Option<&'a Deployment>,
+    /// The model's pods.
+    pub pods: &'a [Pod],
+    /// Something the pods need that does not exist.
+    pub missing: Option<&'a Missing>,
+    /// Free GPUs on the cluster's nodes, read while pods wait for GPUs
+    /// (absent when not read, or when the operator may not read nodes).
+    pub gpus: Option<&'a GpuCapacity>,
+}
+
+/// What a model's pods need that the cluster does not have.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// The Secret of `spec.source.credentialsSecret`.
+    Secret(String),
+    /// The PersistentVolumeClaim of a `pvc://` source.
+    Claim(String),
+}
+
+impl Missing {
+    /// The condition reason and message it deserves.
+    fn finding(&self, namespace: &str) -> Finding {
+        let (reason, message) = match self {
+            Missing::Secret(secret) => (
+                reason::MISSING_SECRET,
+                format!("Secret '{secret}' (spec.source.credentialsSecret) does not exist in namespace '{namespace}'"),
+            ),
+            Missing::Claim(claim) => (
+                reason::MISSING_PVC,
+                format!(
+                    "PersistentVolumeClaim '{claim}' (spec.source.uri pvc://{claim}/...) does not exist in \
+                     namespace '{namespace}'"
+                ),
+            ),
+        };
+        Finding {
+            reason: reason.to_string(),
+            message: format!("{message}; the pods cannot start until it does"),
+        }
+    }
+}
+
+/// Whether `pods` of `model` wait for GPUs no node has free, the case in
+/// which the controller reads the nodes for [`Observed::gpus`].
+pub fn waits_for_gpus(model: &InferenceModel, pods: &[Pod], now: &Time) -> bool {
+    let (_, gpu_resource) = deployment::gpus(model);
+    pods::diagnose(pods, &model.name_any(), &gpu_resource, now)
+        .findings
+        .iter()
+        .any(|f| f.reason == reason::INSUFFICIENT_GPU)
+}
+
+/// The status of `model` given what was `observed` at `now`, with the
+/// addresses `config` gives it.
 pub fn derive_status(
     model: &InferenceModel,
-    deployment: Option<&Deployment>,
-    pods: &[Pod],
-    secret_missing: Option<&str>,
-    cluster_domain: &str,
+    observed: &Observed<'_>,
+    config: &OperatorConfig,
     now: Time,
 ) -> InferenceModelStatus {
     let previous = model.status.clone().unwrap_or_default();
     let name = model.name_any();
+    let namespace = model.namespace().unwrap_or_else(|| "default".into());
     let generation = model.metadata.generation;
+    let deployment = observed.deployment;
     let wanted = deployment
         .and_then(|d| d.spec.replicas)
         .unwrap_or_else(|| deployment::replicas(model));
-    let observed = deployment.and_then(|d| d.status.as_ref());
-    let replicas = observed.and_then(|s| s.replicas).unwrap_or(0);
-    let ready = observed.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let status = deployment.and_then(|d| d.status.as_ref());
+    let replicas = status.and_then(|s| s.replicas).unwrap_or(0);
+    let ready = status.and_then(|s| s.ready_replicas).unwrap_or(0);
 
     let (_, gpu_resource) = deployment::gpus(model);
-    let report = pods::diagnose(pods, &name, &gpu_resource, &now);
-    let worst = match secret_missing {
-        Some(secret) => Some(Finding {
-            reason: reason::MISSING_SECRET.to_string(),
-            message: format!(
-                "Secret '{secret}' (spec.source.credentialsSecret) does not exist in namespace '{}'; \
-                 the pods cannot start until it does",
-                model.namespace().unwrap_or_default()
-            ),
+    let report = pods::diagnose(observed.pods, &name, &gpu_resource, &now);
+    let worst = match observed.missing {
+        Some(missing) => Some(missing.finding(&namespace)),
+        None => report.worst().map(|mut f| {
+            if let (reason::INSUFFICIENT_GPU, Some(gpus)) = (f.reason.as_str(), observed.gpus) {
+                f.message = format!("{}; {}", f.message, gpus.describe());
+            }
+            f
         }),
-        None => report.worst(),
     };
     let rollout = rollout(deployment, wanted);
 
@@ -103,7 +164,7 @@ pub fn derive_status(
         (None, Rollout::Stalled(message)) => {
             conditions.set(DEGRADED, true, local::PROGRESS_DEADLINE_EXCEEDED, message.clone())
         }
-        (None, _) => conditions.set(DEGRADED, false, local::AS_EXPECTED, ""),
+        (None, _) => conditions.set(DEGRADED, false, local::AS_EXPECTED, "no problem seen"),
     };
 
     let last_failure = match worst {
@@ -115,21 +176,19 @@ pub fn derive_status(
         )),
         None => previous.last_failure.clone(),
     };
-    let ports = service::ports(model);
-    let host = format!(
-        "{name}.{}.svc.{cluster_domain}",
-        model.namespace().unwrap_or_else(|| "default".into())
-    );
+    let conditions = conditions.into_vec();
+    let addresses = address::of_model(&name, &namespace, &service::ports(model), config);
     InferenceModelStatus {
         observed_generation: generation,
         replicas,
         ready_replicas: ready,
+        ready: Some(format!("{ready}/{wanted}")),
+        reason: not_ready_reason(&conditions),
+        url: Some(addresses.url.clone()),
+        address: Some(Address { url: addresses.url }),
         selector: labels::selector_string(model),
-        conditions: conditions.into_vec(),
-        endpoints: Some(Endpoints {
-            grpc: format!("{host}:{}", ports.grpc),
-            http: format!("http://{host}:{}", ports.http),
-        }),
+        conditions,
+        endpoints: Some(addresses.service),
         // Versions need asking the server (its repository index); until the
         // operator does, this keeps whatever was there.
         loaded_versions: previous.loaded_versions,
@@ -137,6 +196,14 @@ pub fn derive_status(
         // Filled in by the controller, which has the HPA and the figures.
         autoscaling: None,
     }
+}
+
+/// The Ready condition's reason when it is not True: the REASON column.
+pub fn not_ready_reason(conditions: &[Condition]) -> Option<String> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == READY && c.status != "True")
+        .map(|c| c.reason.clone())
 }
 
 /// The status of a model whose spec failed validation: nothing was applied,
@@ -155,6 +222,7 @@ pub fn invalid_spec_status(model: &InferenceModel, problems: &[String], now: Tim
     InferenceModelStatus {
         observed_generation: model.metadata.generation,
         selector: labels::selector_string(model),
+        reason: not_ready_reason(&conditions),
         conditions,
         last_failure: Some(failure(
             previous.last_failure.as_ref(),

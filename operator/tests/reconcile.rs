@@ -21,7 +21,6 @@ use nereid_operator::context::Context;
 use nereid_operator::controller::{error_policy, reconcile};
 use nereid_operator::error::Error;
 use nereid_operator::metrics::Metrics;
-use nereid_operator::status::derive_status;
 use serde_json::{Value, json};
 use support::*;
 use tokio::time::timeout;
@@ -194,6 +193,32 @@ impl ApiServer {
         }
     }
 
+    /// Expects a metadata-only GET of the claim `name`; answers that it exists or not.
+    async fn expect_claim(&mut self, name: &str, exists: bool) {
+        let (request, send) = self.next("the PersistentVolumeClaim lookup").await;
+        assert_eq!(request.method(), Method::GET);
+        assert_eq!(
+            request.uri().path(),
+            format!("/api/v1/namespaces/ml/persistentvolumeclaims/{name}")
+        );
+        assert!(
+            request.headers()["accept"]
+                .to_str()
+                .unwrap()
+                .contains("as=PartialObjectMetadata")
+        );
+        if exists {
+            let meta = json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": { "name": name, "namespace": "ml" },
+            });
+            respond(send, StatusCode::OK, &meta);
+        } else {
+            let message = format!("persistentvolumeclaims \"{name}\" not found");
+            respond(send, StatusCode::NOT_FOUND, &status_body(404, "NotFound", &message));
+        }
+    }
+
     /// Expects a server-side apply of the status subresource; returns the status sent.
     async fn expect_status(&mut self) -> InferenceModelStatus {
         let path = format!("{MODEL_PATH}/status");
@@ -282,8 +307,14 @@ async fn create_applies_every_object_then_writes_the_status() {
         );
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "RollingOut"));
-        let reasons = api.expect_events(4).await;
-        assert_eq!(reasons, ["RollingOut", "Loading", "RollingOut", "AsExpected"]);
+        assert_eq!(status.ready.as_deref(), Some("0/1"));
+        assert_eq!(status.reason.as_deref(), Some("RollingOut"));
+        assert_eq!(
+            status.url.as_deref(),
+            Some("http://resnet.ml.svc.cluster.local:8000/v2/models/resnet/infer")
+        );
+        assert_eq!(status.address.map(|a| a.url), status.url);
+        // Rolling out is no news: no Event until it is Ready.
         api
     })
     .await;
@@ -339,7 +370,6 @@ async fn only_a_network_policy_the_model_owns_is_removed() {
             api.expect_lookup(HPA_PATH, None).await;
             api.expect_list_pods(&[]).await;
             api.expect_status().await;
-            api.expect_events(4).await;
             api
         })
         .await;
@@ -352,7 +382,7 @@ async fn an_unchanged_model_is_reapplied_but_its_status_is_not_rewritten() {
     let mut m = model();
     let serving = deployment(&m, 1, 1, 1);
     let pods = vec![ready_pod("resnet-abc")];
-    m.status = Some(derive_status(&m, Some(&serving), &pods, None, "cluster.local", at(0)));
+    m.status = Some(status_of(&m, &serving, &pods, at(0)));
     let (result, _) = run(m, |mut api| async move {
         api.expect_objects(&serving).await;
         api.expect_list_pods(&pods).await;
@@ -367,14 +397,7 @@ async fn an_unchanged_model_is_reapplied_but_its_status_is_not_rewritten() {
 async fn a_status_change_is_written_and_announced() {
     let mut m = model();
     let serving = deployment(&m, 1, 1, 1);
-    m.status = Some(derive_status(
-        &m,
-        Some(&serving),
-        &[ready_pod("a")],
-        None,
-        "cluster.local",
-        at(0),
-    ));
+    m.status = Some(status_of(&m, &serving, &[ready_pod("a")], at(0)));
     let crashing = deployment(&m, 1, 1, 0);
     let (result, _) = run(m, |mut api| async move {
         api.expect_objects(&crashing).await;
@@ -383,13 +406,9 @@ async fn a_status_change_is_written_and_announced() {
         let status = api.expect_status().await;
         assert_eq!(status.ready_replicas, 0);
         assert_eq!(status.last_failure.unwrap().reason, "CrashLoopBackOff");
-        // Every condition changed: not ready, not loaded, the Deployment is
-        // short of available pods again, and degraded.
-        let reasons = api.expect_events(4).await;
-        assert_eq!(
-            reasons,
-            ["CrashLoopBackOff", "Loading", "RollingOut", "CrashLoopBackOff"]
-        );
+        assert_eq!(status.reason.as_deref(), Some("CrashLoopBackOff"));
+        // Every condition changed, but one problem is one Event: Degraded's.
+        assert_eq!(api.expect_events(1).await, ["CrashLoopBackOff"]);
         api
     })
     .await;
@@ -405,7 +424,8 @@ async fn an_invalid_spec_gets_a_status_and_nothing_is_applied() {
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "InvalidSpec"));
         assert!(ready.message.contains("ftp://"), "{}", ready.message);
-        assert_eq!(api.expect_events(2).await, ["InvalidSpec", "InvalidSpec"]);
+        assert_eq!(status.reason.as_deref(), Some("InvalidSpec"));
+        assert_eq!(api.expect_events(1).await, ["InvalidSpec"]);
         api
     })
     .await;
@@ -417,6 +437,32 @@ async fn an_invalid_spec_gets_a_status_and_nothing_is_applied() {
         ctx.metrics
             .render()
             .contains("nereid_operator_reconcile_errors_total{error=\"invalid_spec\",kind=\"InferenceModel\"} 1")
+    );
+}
+
+#[tokio::test]
+async fn a_missing_claim_is_missing_pvc_and_retried_soon() {
+    let mut m = model();
+    m.spec.source.uri = "pvc://models/resnet".into();
+    let pending = deployment(&m, 1, 1, 0);
+    let (result, ctx) = run(m.clone(), |mut api| async move {
+        api.expect_claim("models", false).await;
+        api.expect_objects(&pending).await;
+        api.expect_list_pods(&[]).await;
+        let status = api.expect_status().await;
+        assert_eq!(status.reason.as_deref(), Some("MissingPVC"));
+        assert_eq!(api.expect_events(1).await, ["MissingPVC"]);
+        api
+    })
+    .await;
+    let error = result.unwrap_err();
+    assert!(
+        matches!(&error, Error::MissingClaim(name) if name == "models"),
+        "{error}"
+    );
+    assert_eq!(
+        error_policy(Arc::new(m), &error, ctx),
+        Action::requeue(Duration::from_secs(5))
     );
 }
 
@@ -437,7 +483,7 @@ async fn a_missing_secret_is_a_condition_and_the_objects_still_apply() {
             (degraded.status.as_str(), degraded.reason.as_str()),
             ("True", "MissingSecret")
         );
-        api.expect_events(4).await;
+        assert_eq!(api.expect_events(1).await, ["MissingSecret"]);
         api
     })
     .await;
@@ -459,7 +505,7 @@ async fn an_existing_secret_is_checked_by_metadata_only() {
     m.spec.source.credentials_secret = Some("s3-creds".into());
     let serving = deployment(&m, 1, 1, 1);
     let pods = vec![ready_pod("a")];
-    m.status = Some(derive_status(&m, Some(&serving), &pods, None, "cluster.local", at(0)));
+    m.status = Some(status_of(&m, &serving, &pods, at(0)));
     let (result, _) = run(m, |mut api| async move {
         api.expect_secret("s3-creds", true).await;
         api.expect_objects(&serving).await;
@@ -547,7 +593,6 @@ async fn a_foreign_hpa_over_the_pods_is_reported_and_none_is_made() {
         assert_eq!(autoscaling.reason.as_deref(), Some("ForeignAutoscaler"));
         assert!(autoscaling.message.unwrap().contains("\"legacy\""));
         assert_eq!(autoscaling.horizontal_pod_autoscaler, None);
-        api.expect_events(4).await;
         api
     })
     .await;

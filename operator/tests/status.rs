@@ -4,15 +4,43 @@
 
 mod support;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nereid_crds::{InferenceModel, InferenceModelStatus, ModelResources};
-use nereid_operator::status::{Rollout, derive_status, invalid_spec_status, rollout};
+use nereid_operator::context::{Gateway, OperatorConfig};
+use nereid_operator::status::gpus::{GpuCapacity, NodeGpus};
+use nereid_operator::status::{
+    Missing, Observed, Rollout, derive_status, invalid_spec_status, rollout, waits_for_gpus,
+};
 use support::*;
 
 fn derive(model: &InferenceModel, deployment: Option<(i32, i32, i32)>, pods: &[Pod]) -> InferenceModelStatus {
     let d = deployment.map(|(r, u, ready)| support::deployment(model, r, u, ready));
-    derive_status(model, d.as_ref(), pods, None, "cluster.local", at(100))
+    let observed = Observed {
+        deployment: d.as_ref(),
+        pods,
+        ..Observed::default()
+    };
+    derive_status(model, &observed, &config(), at(100))
+}
+
+/// The status given a Deployment, pods and what is missing, at `now`.
+fn observe(
+    model: &InferenceModel,
+    d: &Deployment,
+    pods: &[Pod],
+    missing: Option<&Missing>,
+    now: Time,
+) -> InferenceModelStatus {
+    let observed = Observed {
+        deployment: Some(d),
+        pods,
+        missing,
+        gpus: None,
+    };
+    derive_status(model, &observed, &config(), now)
 }
 
 fn condition<'a>(status: &'a InferenceModelStatus, type_: &str) -> &'a Condition {
@@ -152,6 +180,103 @@ fn no_gpu_on_any_node_is_insufficient_gpu() {
 }
 
 #[test]
+fn insufficient_gpu_says_how_many_the_best_node_has_free() {
+    let mut m = model();
+    m.spec.resources = Some(ModelResources {
+        gpu: Some(4),
+        ..ModelResources::default()
+    });
+    let d = support::deployment(&m, 1, 1, 0);
+    let message = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.";
+    let pods = [unschedulable_pod("a", message)];
+    let now = at(100);
+    assert!(waits_for_gpus(&m, &pods, &now));
+    let gpus = GpuCapacity {
+        resource: "nvidia.com/gpu".into(),
+        wanted: 4,
+        best: Some(NodeGpus {
+            node: "gpu-a".into(),
+            free: 2,
+            allocatable: 8,
+        }),
+    };
+    let observed = Observed {
+        deployment: Some(&d),
+        pods: &pods,
+        missing: None,
+        gpus: Some(&gpus),
+    };
+    let s = derive_status(&m, &observed, &config(), now.clone());
+    assert_eq!(state(&s, "Ready"), is("False", "InsufficientGPU"));
+    let said = &condition(&s, "Degraded").message;
+    assert!(said.contains(message), "{said}");
+    assert!(
+        said.ends_with("each pod asks for 4 nvidia.com/gpu; the most any node has free is 2 (node gpu-a: 2 of 8 free)"),
+        "{said}"
+    );
+    assert!(!waits_for_gpus(&m, &[ready_pod("b")], &now));
+}
+
+#[test]
+fn a_missing_claim_is_missing_pvc() {
+    let mut m = model();
+    m.spec.source.uri = "pvc://models/resnet".into();
+    let d = support::deployment(&m, 1, 1, 0);
+    let s = observe(&m, &d, &[], Some(&Missing::Claim("models".into())), at(100));
+    assert_eq!(state(&s, "Ready"), is("False", "MissingPVC"));
+    assert_eq!(state(&s, "Degraded"), is("True", "MissingPVC"));
+    assert!(
+        condition(&s, "Degraded").message.starts_with(
+            "PersistentVolumeClaim 'models' (spec.source.uri pvc://models/...) does not exist in namespace 'ml'"
+        ),
+        "{}",
+        condition(&s, "Degraded").message
+    );
+    assert_eq!(s.reason.as_deref(), Some("MissingPVC"));
+}
+
+#[test]
+fn ready_reason_and_url_fill_the_columns() {
+    let mut two = model();
+    two.spec.replicas = Some(2);
+    let rolling = derive(&two, Some((2, 2, 1)), &[ready_pod("a")]);
+    assert_eq!(rolling.ready.as_deref(), Some("1/2"));
+    assert_eq!(rolling.reason.as_deref(), Some("RollingOut"));
+    let m = model();
+    let d = support::deployment(&m, 1, 1, 1);
+    let ready = observe(&m, &d, &[ready_pod("a")], None, at(100));
+    assert_eq!(ready.ready.as_deref(), Some("1/1"));
+    assert_eq!(ready.reason, None, "no reason while Ready");
+    assert_eq!(
+        ready.url.as_deref(),
+        Some("http://resnet.ml.svc.cluster.local:8000/v2/models/resnet/infer")
+    );
+    // With a gateway that routes the namespace, the URL is the gateway's.
+    let config = OperatorConfig {
+        gateway: Some(Gateway {
+            http: "http://gw.nereid.svc.cluster.local:8000".into(),
+            namespaces: None,
+        }),
+        ..config()
+    };
+    let observed = Observed {
+        deployment: Some(&d),
+        pods: &[],
+        ..Observed::default()
+    };
+    let via_gateway = derive_status(&m, &observed, &config, at(100));
+    assert_eq!(
+        via_gateway.url.as_deref(),
+        Some("http://gw.nereid.svc.cluster.local:8000/v2/models/ml%2Fresnet/infer")
+    );
+    assert_eq!(
+        via_gateway.endpoints.unwrap().http,
+        "http://resnet.ml.svc.cluster.local:8000",
+        "the Service stays in endpoints"
+    );
+}
+
+#[test]
 fn no_mig_slice_is_insufficient_gpu_too() {
     let mut m = model();
     m.spec.resources = Some(ModelResources {
@@ -259,7 +384,7 @@ fn a_missing_secret_degrades_the_model() {
     let mut m = model();
     m.spec.source.credentials_secret = Some("s3-creds".into());
     let d = support::deployment(&m, 1, 1, 0);
-    let s = derive_status(&m, Some(&d), &[], Some("s3-creds"), "cluster.local", at(100));
+    let s = observe(&m, &d, &[], Some(&Missing::Secret("s3-creds".into())), at(100));
     assert_eq!(state(&s, "Degraded"), is("True", "MissingSecret"));
     assert_eq!(state(&s, "Ready"), is("False", "MissingSecret"));
     assert!(condition(&s, "Degraded").message.contains("'s3-creds'"));
@@ -319,7 +444,7 @@ fn terminating_and_finished_pods_are_ignored() {
 fn a_stalled_rollout_is_degraded() {
     let m = model();
     let d = stalled(support::deployment(&m, 2, 1, 1));
-    let s = derive_status(&m, Some(&d), &[], None, "cluster.local", at(100));
+    let s = observe(&m, &d, &[], None, at(100));
     assert_eq!(state(&s, "Progressing"), is("False", "ProgressDeadlineExceeded"));
     assert_eq!(state(&s, "Degraded"), is("True", "ProgressDeadlineExceeded"));
     assert!(condition(&s, "Degraded").message.contains("timed out progressing"));
@@ -354,9 +479,9 @@ fn an_unchanged_world_gives_an_equal_status() {
     let mut m = model();
     let pods = [crash_looping_pod("a", "boom")];
     let d = support::deployment(&m, 1, 1, 0);
-    let first = derive_status(&m, Some(&d), &pods, None, "cluster.local", at(100));
+    let first = observe(&m, &d, &pods, None, at(100));
     m.status = Some(first.clone());
-    let again = derive_status(&m, Some(&d), &pods, None, "cluster.local", at(500));
+    let again = observe(&m, &d, &pods, None, at(500));
     assert_eq!(again, first, "times of unchanged conditions and failures are kept");
 }
 
@@ -364,24 +489,10 @@ fn an_unchanged_world_gives_an_equal_status() {
 fn transition_times_move_only_on_transitions() {
     let mut m = model();
     let d = support::deployment(&m, 1, 1, 0);
-    let first = derive_status(
-        &m,
-        Some(&d),
-        &[crash_looping_pod("a", "boom")],
-        None,
-        "cluster.local",
-        at(100),
-    );
+    let first = observe(&m, &d, &[crash_looping_pod("a", "boom")], None, at(100));
     m.status = Some(first);
     // Still crash looping, with other last words: a new message, the same transition time.
-    let second = derive_status(
-        &m,
-        Some(&d),
-        &[crash_looping_pod("a", "bang")],
-        None,
-        "cluster.local",
-        at(200),
-    );
+    let second = observe(&m, &d, &[crash_looping_pod("a", "bang")], None, at(200));
     assert!(condition(&second, "Ready").message.contains("bang"));
     assert_eq!(
         condition(&second, "Ready").last_transition_time,
@@ -395,7 +506,7 @@ fn transition_times_move_only_on_transitions() {
     );
     m.status = Some(second);
     let d = support::deployment(&m, 1, 1, 1);
-    let healed = derive_status(&m, Some(&d), &[ready_pod("a")], None, "cluster.local", at(300));
+    let healed = observe(&m, &d, &[ready_pod("a")], None, at(300));
     assert_eq!(
         condition(&healed, "Ready").last_transition_time,
         at(300),
@@ -413,7 +524,7 @@ fn transition_times_move_only_on_transitions() {
 fn an_invalid_spec_keeps_what_was_observed_and_says_why() {
     let mut m = model();
     let d = support::deployment(&m, 1, 1, 1);
-    let ok = derive_status(&m, Some(&d), &[ready_pod("a")], None, "cluster.local", at(100));
+    let ok = observe(&m, &d, &[ready_pod("a")], None, at(100));
     m.status = Some(ok.clone());
     m.metadata.generation = Some(4);
     let problems = vec!["spec.source.uri: unknown scheme 'ftp'".to_string()];

@@ -16,7 +16,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
-use nereid_crds::{InferenceModel, InferenceModelStatus};
+use nereid_crds::InferenceModel;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -131,26 +131,28 @@ where
     Ok(api.patch(&name, &params, &Patch::Apply(object)).await?)
 }
 
-/// Server-side applies the status subresource. The manager owns every status
-/// field, so a field left out (a cleared failure) is removed.
-pub async fn patch_status(
-    models: &Api<InferenceModel>,
-    model: &InferenceModel,
-    status: &InferenceModelStatus,
+/// Server-side applies the status subresource of the object `name` of
+/// `api`. The manager owns every status field, so a field left out (a
+/// cleared failure) is removed.
+pub async fn patch_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl Serialize,
     field_manager: &str,
-) -> Result<(), Error> {
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned,
+{
     let status = serde_json::to_value(status).map_err(|source| Error::Serialize {
-        what: "the InferenceModel status",
+        what: "a status",
         source,
     })?;
     let body = serde_json::json!({
-        "apiVersion": InferenceModel::api_version(&()),
-        "kind": InferenceModel::kind(&()),
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
         "status": status,
     });
     let params = PatchParams::apply(field_manager).force();
-    models
-        .patch_status(&model.name_any(), &params, &Patch::Apply(&body))
-        .await?;
+    api.patch_status(name, &params, &Patch::Apply(&body)).await?;
     Ok(())
 }

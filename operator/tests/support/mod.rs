@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use nereid_crds::{InferenceModel, InferenceModelSpec, ModelSource};
-use nereid_operator::builders;
+use nereid_crds::{InferenceModel, InferenceModelSpec, InferenceModelStatus, ModelSource};
 use nereid_operator::context::OperatorConfig;
+use nereid_operator::{builders, status};
 
 pub const NAMESPACE: &str = "ml";
 pub const NAME: &str = "resnet";
@@ -47,7 +47,19 @@ pub fn config() -> OperatorConfig {
         field_manager: "nereid-operator".into(),
         cluster_domain: "cluster.local".into(),
         autoscaler: Default::default(),
+        gateway: None,
     }
+}
+
+/// The status the operator derives from `deployment` and `pods` at `now`,
+/// with nothing missing and the [`config`] addresses.
+pub fn status_of(model: &InferenceModel, deployment: &Deployment, pods: &[Pod], now: Time) -> InferenceModelStatus {
+    let observed = status::Observed {
+        deployment: Some(deployment),
+        pods,
+        ..status::Observed::default()
+    };
+    status::derive_status(model, &observed, &config(), now)
 }
 
 pub fn at(seconds: i64) -> Time {
