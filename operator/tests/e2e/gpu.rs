@@ -1,6 +1,7 @@
 //! GPU models: the real scheduler places them only on nodes with
 //! `nvidia.com/gpu` capacity (and the GPU taint); one that asks for more GPUs
-//! than any node has stays Pending, and its status says why.
+//! than any node has stays Pending, and its status says why, with the most
+//! GPUs any node has free.
 
 use anyhow::{Context, Result, bail, ensure};
 use nereid_crds::conditions::reason;
@@ -57,6 +58,15 @@ pub async fn run(env: &Env) -> Result<()> {
     ensure!(
         ready.message.contains("Insufficient nvidia.com/gpu") && ready.message.contains("nodes are available"),
         "Ready message {:?}",
+        ready.message
+    );
+    // And how far it is from fitting: every GPU node has four, one of them
+    // runs resnet50's pod.
+    ensure!(
+        ready
+            .message
+            .contains("each pod asks for 8 nvidia.com/gpu; the most any node has free is 4 (node "),
+        "Ready message {:?} does not give the free GPUs",
         ready.message
     );
     let degraded = models::condition(&model, "Degraded").context("Degraded")?;

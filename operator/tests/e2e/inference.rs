@@ -24,6 +24,11 @@ pub fn client() -> reqwest::Client {
 /// Infers with `model` (served from the `simple` example) at `ip:port`,
 /// inputs derived from `seed`, and checks both outputs.
 pub async fn add_sub(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str, seed: i32) -> Result<()> {
+    add_sub_at(http, &format!("http://{ip}:{port}"), model, seed).await
+}
+
+/// [`add_sub`] against any KServe v2 base URL (a pod, or a proxy's prefix).
+pub async fn add_sub_at(http: &reqwest::Client, base: &str, model: &str, seed: i32) -> Result<()> {
     let a: Vec<i32> = (0..16).map(|i| seed.wrapping_mul(31).wrapping_add(i)).collect();
     let b: Vec<i32> = (0..16).map(|i| i * 7 - seed % 1000).collect();
     let request = json!({
@@ -32,7 +37,7 @@ pub async fn add_sub(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str,
             {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32", "data": b},
         ]
     });
-    let (url, body) = infer(http, ip, port, model, &request).await?;
+    let (url, body) = infer(http, base, model, &request).await?;
     let output = |name: &str| -> Result<Vec<i64>> {
         let tensor = body["outputs"]
             .as_array()
@@ -62,10 +67,10 @@ pub async fn add_sub(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str,
     Ok(())
 }
 
-/// POSTs `request` to `model`'s infer endpoint at `ip:port`; returns the URL
-/// and the answer, which must be a success.
-async fn infer(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str, request: &Value) -> Result<(String, Value)> {
-    let url = format!("http://{ip}:{port}/v2/models/{model}/infer");
+/// POSTs `request` to `model`'s infer endpoint under `base`; returns the
+/// URL and the answer, which must be a success.
+async fn infer(http: &reqwest::Client, base: &str, model: &str, request: &Value) -> Result<(String, Value)> {
+    let url = format!("{base}/v2/models/{model}/infer");
     let response = http
         .post(&url)
         .json(request)
@@ -88,7 +93,7 @@ pub async fn mlp(http: &reqwest::Client, ip: IpAddr, port: i32, model: &str, row
     let request = json!({
         "inputs": [{"name": "INPUT0", "shape": [rows, 256], "datatype": "FP32", "data": data}]
     });
-    let (url, body) = infer(http, ip, port, model, &request).await?;
+    let (url, body) = infer(http, &format!("http://{ip}:{port}"), model, &request).await?;
     let output = &body["outputs"][0];
     ensure!(
         output["name"] == "OUTPUT0" && output["datatype"] == "FP32" && output["shape"] == json!([rows, 256]),

@@ -32,6 +32,7 @@ mod examples;
 mod gateway;
 mod gpu;
 mod inference;
+mod kubectl;
 mod leader;
 mod lifecycle;
 mod models;
@@ -93,6 +94,9 @@ const SCENARIOS: &[(&str, Run)] = &[
     }),
     ("gateway_routes_each_request_to_a_ready_pod_of_its_model", |env| {
         Box::pin(gateway::run(env))
+    }),
+    ("kubectl_shows_readiness_reasons_urls_and_few_events", |env| {
+        Box::pin(kubectl::run(env))
     }),
     ("process_node_reports_what_it_cannot_run", |env| {
         Box::pin(process_node::run(env))

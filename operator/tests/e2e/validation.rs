@@ -1,5 +1,6 @@
-//! The CRDs' CEL rules reject the invalid examples at apply time, with the
-//! message each example's header promises, and nothing is stored.
+//! The CRDs' CEL rules (and the API server's own checks) reject the invalid
+//! examples at apply time, each with the one message its header promises,
+//! and nothing is stored.
 
 use anyhow::{Context, Result, ensure};
 
@@ -35,6 +36,12 @@ pub async fn run(env: &Env) -> Result<()> {
         ensure!(
             stderr.contains(promised),
             "{}: expected {promised:?} in kubectl's answer, got: {stderr}",
+            file.display()
+        );
+        // One broken rule, one error: kubectl lists several as "* " lines.
+        ensure!(
+            !stderr.contains("\n* "),
+            "{}: more than one error for one broken rule: {stderr}",
             file.display()
         );
     }
