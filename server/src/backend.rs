@@ -1,12 +1,14 @@
 //! Backends: what runs a model, behind one trait.
 //!
 //! A backend reads a model's files (to complete its config) and creates
-//! instances. An instance is owned by exactly one worker thread, so its
+//! instances (ensembles and [`remote`] models have none: their schedulers
+//! do the work). An instance is owned by exactly one worker thread, so its
 //! `execute` takes `&mut self` and may block: it never runs on the async
 //! runtime.
 
 pub mod builtin;
 pub mod onnx;
+pub mod remote;
 
 use std::path::Path;
 
@@ -120,6 +122,24 @@ pub fn for_kind(kind: BackendKind) -> &'static dyn Backend {
         BackendKind::OnnxRuntime => &onnx::OnnxRuntimeBackend,
         BackendKind::Identity => &builtin::IdentityBackend,
         BackendKind::AddSub => &builtin::AddSubBackend,
+        BackendKind::Ensemble | BackendKind::Remote => &NoInstances,
+    }
+}
+
+/// Ensembles and remote models read no model file and have no instances:
+/// their schedulers stand in for them ([`crate::scheduler::Scheduler`]).
+struct NoInstances;
+
+impl Backend for NoInstances {
+    fn signature(&self, _: &ModelConfig, _: &Path) -> Result<Option<ModelSignature>> {
+        Ok(None)
+    }
+
+    fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
+        Err(crate::error::Error::internal(format!(
+            "model '{}' has no instances to create",
+            spec.config.name
+        )))
     }
 }
 

@@ -19,8 +19,10 @@
 //! model                           one loaded version: normalize -> schedule -> shape outputs
 //!   model/normalize               request checks against the config (Triton's wording)
 //!   model/classification          the classification extension
-//! scheduler                       default scheduler or dynamic batcher in front of the instances
+//! scheduler                       default scheduler or dynamic batcher in front of the instances,
+//!                                 an ensemble's DAG, or a remote model's calls
 //!   dynamic_batch_scheduler       the batcher actor; policy (pure) and queue (priorities, timeouts)
+//!   ensemble_scheduler            Triton's ensembles: the DAG planned at load, its steps run as ready
 //!   scheduler/ordering            preserve_ordering
 //! batch                           requests into one batch, outputs back per request
 //! instance_pool                   one thread per instance, executing batches
@@ -28,7 +30,8 @@
 //! metrics                         Prometheus metrics with Triton's names, recorded with the statistics
 //! logging                         tracing with Triton's log settings, changeable at run time
 //! trace                           OpenTelemetry request traces, Triton's trace settings
-//! backend                         the Backend trait; onnx (ort) and builtin (identity, add_sub)
+//! backend                         the Backend trait; onnx (ort), builtin (identity, add_sub), and
+//!                                 remote (another server's model over gRPC, no instances)
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
@@ -46,6 +49,7 @@ pub mod backend;
 pub mod batch;
 pub mod datatype;
 pub mod dynamic_batch_scheduler;
+pub mod ensemble_scheduler;
 pub mod error;
 pub mod grpc;
 pub mod http;

@@ -235,6 +235,8 @@ fn build_server(
             autocomplete: !args.disable_auto_complete_config,
             patches: args.model_config_patches.iter().cloned().collect(),
             metrics: Arc::clone(metrics),
+            // Set by the manager, which holds the loaded models.
+            members: Default::default(),
         },
     );
     Ok(InferenceServer::new(args.server_name.clone(), manager, log, traces))

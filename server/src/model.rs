@@ -10,15 +10,18 @@ use std::sync::Arc;
 
 use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice, model_instance_group::Kind};
 
+use crate::backend::remote::RemoteModel;
 use crate::backend::{self, Device};
 use crate::dynamic_batch_scheduler::{BatcherConfig, DynamicBatchScheduler};
+use crate::ensemble_scheduler::EnsembleScheduler;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, InstanceSource, Placement};
-use crate::metrics::{FailureReason, Metrics};
+use crate::metrics::FailureReason;
 use crate::model_config::{BackendKind, file_names, parameter};
+use crate::model_lifecycle::LoadOptions;
 use crate::request::InferRequest;
 use crate::response::InferResponse;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, Work};
 use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
 
@@ -32,17 +35,29 @@ pub struct Model {
     labels: HashMap<String, Vec<String>>,
 }
 
+/// One version to load.
+#[derive(Debug, Clone)]
+pub struct VersionSource<'a> {
+    pub name: &'a str,
+    pub version: i64,
+    pub dir: &'a Path,
+    /// The completed, validated config.
+    pub config: Arc<ModelConfig>,
+    pub kind: BackendKind,
+}
+
 impl Model {
-    /// Creates the instances of one version. Blocking: model files are read
-    /// and sessions built here.
-    pub fn load(
-        name: &str,
-        version: i64,
-        version_dir: &Path,
-        config: Arc<ModelConfig>,
-        kind: BackendKind,
-        metrics: &Arc<Metrics>,
-    ) -> Result<Model> {
+    /// Creates the instances of one version (or, for an ensemble or a
+    /// remote model, what stands in for them). Blocking: model files are
+    /// read and sessions built here.
+    pub fn load(source: VersionSource<'_>, options: &LoadOptions) -> Result<Model> {
+        let VersionSource {
+            name,
+            version,
+            dir: version_dir,
+            config,
+            kind,
+        } = source;
         let started = std::time::Instant::now();
         let mut labels = HashMap::new();
         let model_dir = version_dir.parent().unwrap_or(version_dir);
@@ -58,40 +73,11 @@ impl Model {
             })?;
             labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
         }
-        let placements = placements(&config)?;
-        let statistics = Arc::new(ModelStatistics::new(metrics.model(name, version)));
-        let batching = match &config.scheduling_choice {
-            Some(SchedulingChoice::DynamicBatching(batching)) => Some(BatcherConfig::from_config(&config, batching)?),
-            _ => None,
-        };
-        let (idle_tx, idle_rx) = match batching {
-            Some(_) => {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                (Some(tx), Some(rx))
-            }
-            None => (None, None),
-        };
-        let pool = InstancePool::start(
-            InstanceSource {
-                model: name.to_string(),
-                version,
-                backend: backend::for_kind(kind),
-                config: Arc::clone(&config),
-                version_dir: version_dir.to_path_buf(),
-                statistics: Arc::clone(&statistics),
-                idle: idle_tx,
-            },
-            &placements,
-        )?;
-        let scheduler = match (batching, idle_rx) {
-            (Some(batching), Some(idle)) => Scheduler::Dynamic(DynamicBatchScheduler::start(
-                name,
-                batching,
-                pool,
-                placements.len(),
-                idle,
-            )?),
-            _ => Scheduler::Default(pool),
+        let statistics = Arc::new(ModelStatistics::new(options.metrics.model(name, version)));
+        let scheduler = match kind {
+            BackendKind::Ensemble => Scheduler::Ensemble(EnsembleScheduler::new(&config, options.members.clone())?),
+            BackendKind::Remote => Scheduler::Remote(Box::new(RemoteModel::new(&config)?)),
+            _ => on_instances(name, version, version_dir, &config, kind, &statistics)?,
         };
         statistics.metrics().load_duration(started.elapsed());
         Ok(Model {
@@ -102,6 +88,15 @@ impl Model {
             labels,
             statistics,
         })
+    }
+
+    /// Whether the model can answer now: an ensemble also needs each of
+    /// its members to have a ready version.
+    pub fn check_ready(&self) -> Result<()> {
+        match &self.scheduler {
+            Scheduler::Ensemble(ensemble) => ensemble.members_ready(),
+            _ => Ok(()),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -147,16 +142,18 @@ impl Model {
         // it goes when the answer is built (the front end counts the answer).
         let _reservation = std::mem::take(&mut request.reservation);
         let trace = request.trace.take();
+        let trace_parent = std::mem::take(&mut request.trace_parent);
         let normalized = normalize::normalize(&self.config, &self.name, &id, request)?;
+        let work = Work {
+            batch_size: normalized.batch_size,
+            id: &id,
+            parameters: &parameters,
+            trace,
+            trace_parent: &trace_parent,
+        };
         let produced = self
             .scheduler
-            .schedule(
-                normalized.inputs,
-                normalized.batch_size,
-                &parameters,
-                &self.statistics,
-                trace,
-            )
+            .schedule(normalized.inputs, work, &self.statistics)
             .await?;
         let batching = self.config.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(normalized.outputs.len());
@@ -200,6 +197,52 @@ impl Model {
         }
         tensor
     }
+}
+
+/// The instances of a version and the scheduler in front of them: the
+/// dynamic batcher when the config asks for it, else the default one.
+fn on_instances(
+    name: &str,
+    version: i64,
+    version_dir: &Path,
+    config: &Arc<ModelConfig>,
+    kind: BackendKind,
+    statistics: &Arc<ModelStatistics>,
+) -> Result<Scheduler> {
+    let placements = placements(config)?;
+    let batching = match &config.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(batching)) => Some(BatcherConfig::from_config(config, batching)?),
+        _ => None,
+    };
+    let (idle_tx, idle_rx) = match batching {
+        Some(_) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        }
+        None => (None, None),
+    };
+    let pool = InstancePool::start(
+        InstanceSource {
+            model: name.to_string(),
+            version,
+            backend: backend::for_kind(kind),
+            config: Arc::clone(config),
+            version_dir: version_dir.to_path_buf(),
+            statistics: Arc::clone(statistics),
+            idle: idle_tx,
+        },
+        &placements,
+    )?;
+    Ok(match (batching, idle_rx) {
+        (Some(batching), Some(idle)) => Scheduler::Dynamic(DynamicBatchScheduler::start(
+            name,
+            batching,
+            pool,
+            placements.len(),
+            idle,
+        )?),
+        _ => Scheduler::Default(pool),
+    })
 }
 
 /// Records a request's end in the statistics (and metrics) when dropped.

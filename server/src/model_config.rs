@@ -34,6 +34,10 @@ pub enum BackendKind {
     Identity,
     /// `OUTPUT0 = INPUT0 + INPUT1`, `OUTPUT1 = INPUT0 - INPUT1`.
     AddSub,
+    /// Triton's `platform: "ensemble"`: a DAG of other models.
+    Ensemble,
+    /// `backend: "remote"`: another server's model, over KServe v2 gRPC.
+    Remote,
 }
 
 impl BackendKind {
@@ -44,6 +48,8 @@ impl BackendKind {
             ("onnxruntime", _) | ("", "onnxruntime_onnx") => Some(BackendKind::OnnxRuntime),
             ("identity", _) => Some(BackendKind::Identity),
             ("add_sub", _) => Some(BackendKind::AddSub),
+            ("", "ensemble") => Some(BackendKind::Ensemble),
+            ("remote", _) => Some(BackendKind::Remote),
             _ => None,
         }
     }
@@ -52,7 +58,7 @@ impl BackendKind {
     pub fn default_model_filename(self) -> Option<&'static str> {
         match self {
             BackendKind::OnnxRuntime => Some("model.onnx"),
-            BackendKind::Identity | BackendKind::AddSub => None,
+            BackendKind::Identity | BackendKind::AddSub | BackendKind::Ensemble | BackendKind::Remote => None,
         }
     }
 
@@ -67,6 +73,9 @@ impl BackendKind {
             }
             BackendKind::Identity => config.backend = "identity".into(),
             BackendKind::AddSub => config.backend = "add_sub".into(),
+            // Triton reports an ensemble by its platform, with no backend.
+            BackendKind::Ensemble => config.backend.clear(),
+            BackendKind::Remote => config.backend = "remote".into(),
         }
     }
 }

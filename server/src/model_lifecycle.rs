@@ -2,8 +2,10 @@
 //!
 //! The steps are Triton's: take the config (an override, `config.pbtxt`, or
 //! nothing), pick the backend, pick the versions by policy, complete the
-//! config from the model file, check it, then start each version's
-//! instances. Each step's failure is a reason the repository index shows.
+//! config from the model file (a remote model's from the remote's config),
+//! check it (an ensemble's DAG against its loaded members), then start each
+//! version's instances. Each step's failure is a reason the repository
+//! index shows.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,11 +16,13 @@ use nereid_proto::inference::{
     model_version_policy,
 };
 
-use crate::backend;
+use crate::backend::{self, remote};
+use crate::ensemble_scheduler::plan;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::model::Model;
+use crate::model::{Model, VersionSource};
 use crate::model_config::{BackendKind, autocomplete, file_names, validate::validate};
+use crate::model_repository_manager::Members;
 use crate::repository::{ModelFiles, select_versions};
 
 /// A config ready to load, with what was decided on the way.
@@ -37,6 +41,8 @@ pub struct LoadOptions {
     pub patches: BTreeMap<String, std::path::PathBuf>,
     /// Where every loaded version registers its metrics.
     pub metrics: Arc<Metrics>,
+    /// The loaded models, for ensembles' steps (set by the manager).
+    pub members: Members,
 }
 
 impl Default for LoadOptions {
@@ -45,7 +51,43 @@ impl Default for LoadOptions {
             autocomplete: false,
             patches: BTreeMap::new(),
             metrics: Metrics::disabled(),
+            members: Members::default(),
         }
+    }
+}
+
+/// A model's config as the folder (or an override, or a patch) gives it,
+/// before anything is completed: enough to see what the model depends on.
+pub fn read_config(
+    name: &str,
+    dir: &Path,
+    config_override: Option<ModelConfig>,
+    options: &LoadOptions,
+) -> Result<(ModelConfig, ModelFiles)> {
+    let files = ModelFiles::read(dir)?;
+    let config = match config_override {
+        Some(config) => config,
+        None => {
+            let base = files.config.clone().unwrap_or_default();
+            match options.patches.get(name) {
+                Some(path) => {
+                    let patch = std::fs::read_to_string(path).map_err(|e| {
+                        Error::invalid(format!("failed to read the config patch '{}': {e}", path.display()))
+                    })?;
+                    crate::model_config::json::merge_patch(&base, &patch)?
+                }
+                None => base,
+            }
+        }
+    };
+    Ok((config, files))
+}
+
+/// The models `config` needs loaded first: an ensemble's members.
+pub fn dependencies(config: &ModelConfig) -> Vec<String> {
+    match BackendKind::from_config(config) {
+        Some(BackendKind::Ensemble) => crate::ensemble_scheduler::plan::members(config),
+        _ => Vec::new(),
     }
 }
 
@@ -59,22 +101,7 @@ pub fn prepare(
     options: &LoadOptions,
 ) -> Result<PreparedModel> {
     let autocomplete_enabled = options.autocomplete;
-    let files = ModelFiles::read(dir)?;
-    let mut config = match config_override {
-        Some(config) => config,
-        None => {
-            let base = files.config.unwrap_or_default();
-            match options.patches.get(name) {
-                Some(path) => {
-                    let patch = std::fs::read_to_string(path).map_err(|e| {
-                        Error::invalid(format!("failed to read the config patch '{}': {e}", path.display()))
-                    })?;
-                    crate::model_config::json::merge_patch(&base, &patch)?
-                }
-                None => base,
-            }
-        }
-    };
+    let (mut config, files) = read_config(name, dir, config_override, options)?;
     // Before anything is opened: an override's file names are client input.
     file_names::check(&config)?;
     if config.name.is_empty() {
@@ -103,7 +130,7 @@ pub fn prepare(
         }
         None => {
             return Err(Error::invalid(format!(
-                "unknown backend '{}' / platform '{}': supported are backend 'onnxruntime' (platform 'onnxruntime_onnx'), 'identity' and 'add_sub'",
+                "unknown backend '{}' / platform '{}': supported are backend 'onnxruntime' (platform 'onnxruntime_onnx'), 'identity', 'add_sub' and 'remote', and platform 'ensemble'",
                 config.backend, config.platform
             )));
         }
@@ -121,8 +148,15 @@ pub fn prepare(
         }
         autocomplete::check_against(&config, &signature)?;
     }
-    fill_defaults(&mut config);
+    if kind == BackendKind::Remote && autocomplete_enabled {
+        remote::complete_from_remote(&mut config)?;
+    }
+    fill_defaults(&mut config, kind);
     validate(&config)?;
+    if kind == BackendKind::Ensemble {
+        // The DAG against the members loaded now (the manager loads them first).
+        plan::plan(&config, &|member, version| options.members.config(member, version))?;
+    }
     Ok(PreparedModel {
         config: Arc::new(config),
         kind,
@@ -132,13 +166,17 @@ pub fn prepare(
 
 /// Triton's normalisation: the defaults it writes into every config so that
 /// `/config` shows what is in force.
-fn fill_defaults(config: &mut ModelConfig) {
+fn fill_defaults(config: &mut ModelConfig, kind: BackendKind) {
     if config.version_policy.is_none() {
         config.version_policy = Some(ModelVersionPolicy {
             policy_choice: Some(model_version_policy::PolicyChoice::Latest(
                 model_version_policy::Latest { num_versions: 1 },
             )),
         });
+    }
+    // Ensembles and remote models have no instances to group.
+    if matches!(kind, BackendKind::Ensemble | BackendKind::Remote) {
+        return;
     }
     if config.instance_group.is_empty() {
         config.instance_group.push(ModelInstanceGroup {
@@ -167,25 +205,19 @@ fn fill_defaults(config: &mut ModelConfig) {
 }
 
 /// Loads every version of a prepared model; each version succeeds or fails on its own.
-pub fn load_versions(
-    name: &str,
-    prepared: &PreparedModel,
-    metrics: &Arc<Metrics>,
-) -> BTreeMap<i64, Result<Arc<Model>>> {
+pub fn load_versions(name: &str, prepared: &PreparedModel, options: &LoadOptions) -> BTreeMap<i64, Result<Arc<Model>>> {
     prepared
         .versions
         .iter()
         .map(|(version, dir)| {
-            let loaded = Model::load(
+            let source = VersionSource {
                 name,
-                *version,
+                version: *version,
                 dir,
-                Arc::clone(&prepared.config),
-                prepared.kind,
-                metrics,
-            )
-            .map(Arc::new);
-            (*version, loaded)
+                config: Arc::clone(&prepared.config),
+                kind: prepared.kind,
+            };
+            (*version, Model::load(source, options).map(Arc::new))
         })
         .collect()
 }

@@ -7,7 +7,7 @@
 //! stop once the last of them is done.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use nereid_proto::inference::ModelConfig;
 use parking_lot::RwLock;
@@ -71,22 +71,56 @@ struct ModelEntry {
     whole: Option<(ModelState, String)>,
 }
 
+type Models = RwLock<BTreeMap<String, ModelEntry>>;
+
 pub struct ModelRepositoryManager {
     repository: Repository,
     mode: ControlMode,
     options: Arc<LoadOptions>,
-    models: RwLock<BTreeMap<String, ModelEntry>>,
+    models: Arc<Models>,
     /// Serialises loads and unloads.
     changes: tokio::sync::Mutex<()>,
 }
 
+/// The loaded models as an ensemble's steps find them: a weak handle, so
+/// a loaded ensemble never keeps the manager's models alive.
+#[derive(Clone, Default)]
+pub struct Members(Weak<Models>);
+
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Members").finish_non_exhaustive()
+    }
+}
+
+impl Members {
+    /// A ready version of `name` (`None`: the highest), as `get` finds it.
+    pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
+        let models = self
+            .0
+            .upgrade()
+            .ok_or_else(|| Error::new(ErrorKind::NotServing, "the server is shutting down"))?;
+        // Recursive: the index checks an ensemble's members while it holds
+        // a read lock, and a plain read could wait behind a queued writer.
+        let models = models.read_recursive();
+        lookup(&models, name, version)
+    }
+
+    /// The config of a ready version, if there is one.
+    pub fn config(&self, name: &str, version: Option<i64>) -> Option<Arc<ModelConfig>> {
+        self.get(name, version).ok().map(|m| Arc::clone(m.config()))
+    }
+}
+
 impl ModelRepositoryManager {
-    pub fn new(repository: Repository, mode: ControlMode, options: LoadOptions) -> Self {
+    pub fn new(repository: Repository, mode: ControlMode, mut options: LoadOptions) -> Self {
+        let models = Arc::new(RwLock::new(BTreeMap::new()));
+        options.members = Members(Arc::downgrade(&models));
         ModelRepositoryManager {
             repository,
             mode,
             options: Arc::new(options),
-            models: RwLock::new(BTreeMap::new()),
+            models,
             changes: tokio::sync::Mutex::new(()),
         }
     }
@@ -108,6 +142,10 @@ impl ModelRepositoryManager {
         };
         let mut failures = Vec::new();
         for name in names {
+            // Already loaded as a member of an ensemble loaded before it.
+            if self.has_ready_version(&name) {
+                continue;
+            }
             match self.load_unchecked(&name, None).await {
                 Ok(()) => tracing::info!(model = %name, "loaded"),
                 Err(e) => {
@@ -132,6 +170,80 @@ impl ModelRepositoryManager {
 
     async fn load_unchecked(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
         let _guard = self.changes.lock().await;
+        self.load_locked(name, config_override, &mut Vec::new()).await
+    }
+
+    /// Loads `name` (the caller holds `changes`), after the models it
+    /// depends on that are not loaded yet: an ensemble's members, as Triton
+    /// loads an ensemble's composing models. `chain` is the ensembles being
+    /// loaded around this one, to refuse a cycle.
+    fn load_locked<'a>(
+        &'a self,
+        name: &'a str,
+        config_override: Option<ModelConfig>,
+        chain: &'a mut Vec<String>,
+    ) -> futures::future::BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            let dependencies = self.dependencies(name, config_override.as_ref()).await;
+            chain.push(name.to_string());
+            for member in dependencies {
+                if chain.contains(&member) {
+                    let cycle = format!("{} -> {member}", chain.join(" -> "));
+                    chain.pop();
+                    return self.fail_first_load(
+                        name,
+                        Error::invalid(format!("ensemble '{name}' depends on itself: {cycle}")),
+                    );
+                }
+                if self.has_ready_version(&member) {
+                    continue;
+                }
+                if let Err(e) = self.load_locked(&member, None, chain).await {
+                    chain.pop();
+                    return self.fail_first_load(
+                        name,
+                        Error::unavailable(format!(
+                            "ensemble '{name}' needs model '{member}', which did not load: {}",
+                            e.message()
+                        )),
+                    );
+                }
+            }
+            chain.pop();
+            self.load_one(name, config_override).await
+        })
+    }
+
+    /// What `name`'s config says it needs loaded first; nothing when the
+    /// config cannot be read (the load itself then says why).
+    async fn dependencies(&self, name: &str, config_override: Option<&ModelConfig>) -> Vec<String> {
+        let Ok(dir) = self.repository.locate(name).await else {
+            return Vec::new();
+        };
+        let options = Arc::clone(&self.options);
+        let owned = (name.to_string(), config_override.cloned());
+        tokio::task::spawn_blocking(move || {
+            model_lifecycle::read_config(&owned.0, &dir, owned.1, &options)
+                .map(|(config, _)| model_lifecycle::dependencies(&config))
+                .unwrap_or_default()
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Marks a first load that failed before it started as unavailable.
+    fn fail_first_load(&self, name: &str, error: Error) -> Result<()> {
+        if !self.has_ready_version(name) {
+            self.set_whole(name, ModelState::Unavailable, error.message());
+        }
+        Err(Error::invalid(format!(
+            "load failed for model '{name}': {}",
+            error.message()
+        )))
+    }
+
+    /// Loads one model whose dependencies are in place.
+    async fn load_one(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
         let dir = match self.repository.locate(name).await {
             Ok(dir) => dir,
             Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -152,7 +264,7 @@ impl ModelRepositoryManager {
         let owned_name = name.to_string();
         let outcome = tokio::task::spawn_blocking(move || {
             let prepared = model_lifecycle::prepare(&owned_name, &dir, config_override, &options)?;
-            Ok::<_, Error>(model_lifecycle::load_versions(&owned_name, &prepared, &options.metrics))
+            Ok::<_, Error>(model_lifecycle::load_versions(&owned_name, &prepared, &options))
         })
         .await
         .unwrap_or_else(|e| Err(Error::internal(format!("model load panicked: {e}"))));
@@ -229,33 +341,7 @@ impl ModelRepositoryManager {
 
     /// A ready model version; `None` picks the highest ready version.
     pub fn get(&self, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
-        let models = self.models.read();
-        let unknown = || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
-        let entry = models.get(name).ok_or_else(unknown)?;
-        match version {
-            Some(v) => {
-                let version_entry = entry.versions.get(&v).ok_or_else(|| {
-                    Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))
-                })?;
-                version_entry.model.clone().ok_or_else(|| {
-                    Error::unavailable(format!(
-                        "Request for unknown model: '{name}' version {v} is not at ready state"
-                    ))
-                })
-            }
-            None => entry
-                .versions
-                .values()
-                .rev()
-                .find_map(|v| v.model.clone())
-                .ok_or_else(|| {
-                    if entry.versions.is_empty() && entry.whole.is_none() {
-                        unknown()
-                    } else {
-                        Error::not_found(format!("Request for unknown model: '{name}' has no available versions"))
-                    }
-                }),
-        }
+        lookup(&self.models.read(), name, version)
     }
 
     /// Every ready model version, by name then version.
@@ -307,11 +393,16 @@ impl ModelRepositoryManager {
                 }
                 Some(entry) => {
                     for (version, v) in &entry.versions {
+                        // A loaded ensemble whose member went away cannot answer.
+                        let (state, reason) = match v.model.as_ref().map(|m| m.check_ready()) {
+                            Some(Err(e)) => (ModelState::Unavailable, e.message().to_string()),
+                            _ => (v.state, v.reason.clone()),
+                        };
                         rows.push(IndexEntry {
                             name: name.clone(),
                             version: Some(*version),
-                            state: Some(v.state),
-                            reason: v.reason.clone(),
+                            state: Some(state),
+                            reason,
                         });
                     }
                 }
@@ -341,5 +432,36 @@ impl ModelRepositoryManager {
         let entry = models.entry(name.to_string()).or_default();
         entry.versions.clear();
         entry.whole = Some((state, reason.to_string()));
+    }
+}
+
+/// A ready version of `name` in `models`; `None` picks the highest.
+fn lookup(models: &BTreeMap<String, ModelEntry>, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
+    let unknown = || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
+
+    let entry = models.get(name).ok_or_else(unknown)?;
+    match version {
+        Some(v) => {
+            let version_entry = entry.versions.get(&v).ok_or_else(|| {
+                Error::not_found(format!("Request for unknown model: '{name}' version {v} is not found"))
+            })?;
+            version_entry.model.clone().ok_or_else(|| {
+                Error::unavailable(format!(
+                    "Request for unknown model: '{name}' version {v} is not at ready state"
+                ))
+            })
+        }
+        None => entry
+            .versions
+            .values()
+            .rev()
+            .find_map(|v| v.model.clone())
+            .ok_or_else(|| {
+                if entry.versions.is_empty() && entry.whole.is_none() {
+                    unknown()
+                } else {
+                    Error::not_found(format!("Request for unknown model: '{name}' has no available versions"))
+                }
+            }),
     }
 }

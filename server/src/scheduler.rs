@@ -1,9 +1,12 @@
 //! Scheduling: how requests reach a model's instances.
 //!
-//! Two schedulers, as in Triton: the default one hands each request to the
-//! next free instance; the dynamic batcher ([`crate::dynamic_batch_scheduler`])
-//! queues requests and forms batches. Both feed the same
-//! [`InstancePool`](crate::instance_pool::InstancePool).
+//! As in Triton: the default scheduler hands each request to the next free
+//! instance; the dynamic batcher ([`crate::dynamic_batch_scheduler`])
+//! queues requests and forms batches; both feed the same
+//! [`InstancePool`](crate::instance_pool::InstancePool). An ensemble
+//! ([`crate::ensemble_scheduler`]) has no instances: it sends each step to
+//! its member model. A remote model ([`crate::backend::remote`]) sends each
+//! request to another server.
 
 pub mod ordering;
 pub mod payload;
@@ -13,13 +16,15 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::backend::remote::RemoteModel;
 use crate::batch::BatchKey;
 use crate::dynamic_batch_scheduler::DynamicBatchScheduler;
+use crate::ensemble_scheduler::EnsembleScheduler;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, Job};
 use crate::metrics::model::GaugeGuard;
 use crate::parameter::Parameters;
-use crate::statistics::ModelStatistics;
+use crate::statistics::{ComputeTiming, ModelStatistics};
 use crate::tensor::Tensor;
 use crate::trace::RequestTrace;
 
@@ -46,9 +51,30 @@ pub struct Pending {
     pub trace: Option<Arc<RequestTrace>>,
 }
 
+/// What a scheduler needs of a request besides its inputs.
+#[derive(Debug)]
+pub struct Work<'a> {
+    /// Rows along the batch dimension (1 for models that do not batch).
+    pub batch_size: usize,
+    /// The request's id, for the requests an ensemble or a remote model makes.
+    pub id: &'a str,
+    pub parameters: &'a Parameters,
+    /// The request's trace, when it is sampled.
+    pub trace: Option<Arc<RequestTrace>>,
+    /// The client's W3C trace context, passed on by models that call others.
+    pub trace_parent: &'a [(String, String)],
+}
+
+/// How a model's requests are run; the model does not know which it has.
 pub enum Scheduler {
+    /// Each request to the next free instance.
     Default(InstancePool),
+    /// Triton's dynamic batcher in front of the instances.
     Dynamic(Arc<DynamicBatchScheduler>),
+    /// Triton's ensemble: a DAG of other models, no instances of its own.
+    Ensemble(EnsembleScheduler),
+    /// Another server's model, called over KServe v2 gRPC.
+    Remote(Box<RemoteModel>),
 }
 
 impl Scheduler {
@@ -58,32 +84,62 @@ impl Scheduler {
     pub async fn schedule(
         &self,
         inputs: Vec<Tensor>,
-        batch_size: usize,
-        parameters: &Parameters,
+        work: Work<'_>,
         statistics: &ModelStatistics,
-        trace: Option<Arc<RequestTrace>>,
     ) -> Result<Vec<Tensor>> {
-        // The batch key is read before the inputs move into the payload.
-        let key = match self {
-            Scheduler::Dynamic(_) => Some(BatchKey::of(&inputs)),
-            Scheduler::Default(_) => None,
-        };
-        let (tx, rx) = oneshot::channel();
-        let payload = Payload::new(inputs);
-        let _cancel = CancelOnDrop(Arc::clone(&payload));
-        let pending = Pending {
-            payload,
-            batch_size,
-            reply: Reply::direct(tx),
-            arrived: Instant::now(),
-            queued: statistics.pending(),
-            trace,
-        };
         match self {
-            Scheduler::Default(pool) => pool.try_submit(Job::single(pending))?,
-            Scheduler::Dynamic(batcher) => batcher.enqueue(pending, key.unwrap_or_default(), parameters)?,
+            Scheduler::Default(pool) => {
+                on_instances(inputs, work, statistics, |p| pool.try_submit(Job::single(p))).await
+            }
+            Scheduler::Dynamic(batcher) => {
+                // The batch key is read before the inputs move into the payload.
+                let key = BatchKey::of(&inputs);
+                let parameters = work.parameters;
+                on_instances(inputs, work, statistics, |p| batcher.enqueue(p, key, parameters)).await
+            }
+            Scheduler::Ensemble(ensemble) => counted(&work, statistics, ensemble.run(inputs, &work)).await,
+            Scheduler::Remote(remote) => counted(&work, statistics, remote.infer(inputs, &work)).await,
         }
-        rx.await
-            .unwrap_or_else(|_| Err(Error::internal("the model instance stopped before answering")))
     }
+}
+
+/// Runs a request that has no instance of its own (an ensemble's DAG, a
+/// remote call) and counts it as one execution of its batch, its whole
+/// time as compute, as Triton counts an ensemble.
+async fn counted(
+    work: &Work<'_>,
+    statistics: &ModelStatistics,
+    run: impl Future<Output = Result<Vec<Tensor>>>,
+) -> Result<Vec<Tensor>> {
+    let started = Instant::now();
+    let outputs = run.await?;
+    let timing = ComputeTiming {
+        infer: started.elapsed(),
+        ..ComputeTiming::default()
+    };
+    statistics.record_execution(work.batch_size as u64, 1, timing);
+    Ok(outputs)
+}
+
+/// Hands a request to `submit` (a queue in front of the instances) and
+/// waits for the instance's answer.
+async fn on_instances(
+    inputs: Vec<Tensor>,
+    work: Work<'_>,
+    statistics: &ModelStatistics,
+    submit: impl FnOnce(Pending) -> Result<()>,
+) -> Result<Vec<Tensor>> {
+    let (tx, rx) = oneshot::channel();
+    let payload = Payload::new(inputs);
+    let _cancel = CancelOnDrop(Arc::clone(&payload));
+    submit(Pending {
+        payload,
+        batch_size: work.batch_size,
+        reply: Reply::direct(tx),
+        arrived: Instant::now(),
+        queued: statistics.pending(),
+        trace: work.trace,
+    })?;
+    rx.await
+        .unwrap_or_else(|_| Err(Error::internal("the model instance stopped before answering")))
 }

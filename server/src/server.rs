@@ -154,7 +154,7 @@ impl InferenceServer {
     }
 
     pub fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
-        self.model(name, version).map(|_| true)
+        self.model(name, version)?.check_ready().map(|()| true)
     }
 
     pub fn model_metadata(&self, name: &str, version: &str) -> Result<ModelMetadata> {

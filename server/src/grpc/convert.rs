@@ -3,14 +3,16 @@
 //! Tensor payloads arrive as `raw_input_contents` (what tritonclient sends;
 //! taken as `Bytes` without a copy) or as typed `contents`, which are
 //! serialised once into the raw layout. Outputs always go back in
-//! `raw_output_contents`, as Triton sends them.
+//! `raw_output_contents`, as Triton sends them. The same messages the other
+//! way round serve a remote model's calls to another server.
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 use nereid_proto::inference::{
     InferBatchStatistics, InferParameter, InferStatistics, InferTensorContents, ModelInferRequest, ModelInferResponse,
-    ModelStatistics, StatisticDuration, infer_parameter::ParameterChoice, model_infer_response::InferOutputTensor,
+    ModelStatistics, StatisticDuration, infer_parameter::ParameterChoice, model_infer_request,
+    model_infer_response::InferOutputTensor,
 };
 
 use crate::datatype::DataType;
@@ -90,6 +92,92 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
         parameters: parameters(&message.parameters),
         ..Default::default()
     })
+}
+
+/// A request this server sends to another (a remote model's call): raw
+/// contents, every output asked for by name.
+pub fn outgoing_request(
+    model: &str,
+    version: &str,
+    id: &str,
+    inputs: Vec<Tensor>,
+    outputs: &[String],
+    parameters: &Parameters,
+) -> ModelInferRequest {
+    let mut raw = Vec::with_capacity(inputs.len());
+    let inputs = inputs
+        .into_iter()
+        .map(|tensor| {
+            raw.push(tensor.data);
+            model_infer_request::InferInputTensor {
+                name: tensor.name,
+                datatype: tensor.datatype.as_wire().to_string(),
+                shape: tensor.shape,
+                ..Default::default()
+            }
+        })
+        .collect();
+    ModelInferRequest {
+        model_name: model.to_string(),
+        model_version: version.to_string(),
+        id: id.to_string(),
+        parameters: wire_parameters(parameters),
+        inputs,
+        outputs: outputs
+            .iter()
+            .map(|name| model_infer_request::InferRequestedOutputTensor {
+                name: name.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        raw_input_contents: raw,
+    }
+}
+
+/// The outputs of another server's answer, as tensors (their raw contents
+/// taken without a copy).
+pub fn incoming_outputs(message: ModelInferResponse) -> Result<Vec<Tensor>> {
+    if message.raw_output_contents.len() != message.outputs.len() {
+        return Err(Error::internal(format!(
+            "the answer has {} outputs but {} raw_output_contents",
+            message.outputs.len(),
+            message.raw_output_contents.len()
+        )));
+    }
+    message
+        .outputs
+        .into_iter()
+        .zip(message.raw_output_contents)
+        .map(|(output, data)| {
+            let datatype = DataType::from_wire(&output.datatype).ok_or_else(|| {
+                Error::internal(format!(
+                    "output '{}' has an unknown datatype '{}'",
+                    output.name, output.datatype
+                ))
+            })?;
+            let tensor = Tensor::new(output.name, datatype, output.shape, data);
+            tensor.check_data_size().map(|()| tensor)
+        })
+        .collect()
+}
+
+fn wire_parameters(parameters: &Parameters) -> HashMap<String, InferParameter> {
+    parameters
+        .iter()
+        .map(|(k, v)| {
+            let choice = match v {
+                Parameter::Bool(b) => ParameterChoice::BoolParam(*b),
+                Parameter::Int(i) => ParameterChoice::Int64Param(*i),
+                Parameter::Uint(u) => ParameterChoice::Uint64Param(*u),
+                Parameter::Double(d) => ParameterChoice::DoubleParam(*d),
+                Parameter::String(s) => ParameterChoice::StringParam(s.clone()),
+            };
+            let value = InferParameter {
+                parameter_choice: Some(choice),
+            };
+            (k.clone(), value)
+        })
+        .collect()
 }
 
 fn parameters(map: &HashMap<String, InferParameter>) -> Parameters {

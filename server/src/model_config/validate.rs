@@ -77,12 +77,26 @@ fn not_yet_supported(config: &ModelConfig) -> Result<()> {
                 "sequence_batching (stateful models) is not supported by this server yet; the model would lose its state between requests",
             ));
         }
-        Some(SchedulingChoice::EnsembleScheduling(_)) => {
-            return Err(Error::unsupported(
-                "ensemble_scheduling is not supported by this server yet",
+        Some(SchedulingChoice::EnsembleScheduling(_)) if config.platform != "ensemble" => {
+            return Err(Error::invalid(
+                "ensemble_scheduling belongs to models of platform 'ensemble'",
             ));
         }
-        Some(SchedulingChoice::DynamicBatching(_)) | None => {}
+        _ if config.platform == "ensemble"
+            && !matches!(config.scheduling_choice, Some(SchedulingChoice::EnsembleScheduling(_))) =>
+        {
+            return Err(Error::invalid(format!(
+                "ensemble '{}' needs ensemble_scheduling with its steps",
+                config.name
+            )));
+        }
+        Some(SchedulingChoice::DynamicBatching(_)) if config.backend == "remote" => {
+            return Err(Error::invalid(format!(
+                "remote model '{}' cannot have dynamic_batching: the remote server batches its requests",
+                config.name
+            )));
+        }
+        Some(SchedulingChoice::EnsembleScheduling(_) | SchedulingChoice::DynamicBatching(_)) | None => {}
     }
     if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
         return Err(Error::unsupported(

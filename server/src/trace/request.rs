@@ -58,6 +58,19 @@ impl RequestTrace {
         }
     }
 
+    /// The trace of a request this one makes to another model (an
+    /// ensemble's step): its own `InferRequest` span, a child of this one's.
+    pub fn child_request(&self, model: &str, version: i64, request_id: &str) -> RequestTrace {
+        RequestTrace::start(&self.tracer, &self.cx, model, version, request_id)
+    }
+
+    /// This request's span as a W3C `traceparent` value, for a request it
+    /// sends to another server.
+    pub fn traceparent(&self) -> String {
+        let cx = self.span_context();
+        format!("00-{}-{}-{:02x}", cx.trace_id(), cx.span_id(), cx.trace_flags().to_u8())
+    }
+
     pub fn span_context(&self) -> SpanContext {
         self.cx.span().span_context().clone()
     }
