@@ -29,6 +29,18 @@ parameters { key: "execute_delay_ms" value: { string_value: "50" } }
 dynamic_batching { max_queue_delay_microseconds: 30000 }
 """
 
+# An ensemble of one step over `batching`.
+WRAPPED = """name: "wrapped"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "batching" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" }
+} ] }
+"""
+
 
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
     """An OTLP/gRPC trace receiver that keeps every span it is sent."""
@@ -72,6 +84,8 @@ def traced_server(tmp_path_factory, receiver):
     repo = helpers.private_repo(tmp_path_factory, "trace_repo")
     (repo / "batching" / "1").mkdir(parents=True)
     (repo / "batching" / "config.pbtxt").write_text(BATCHING)
+    (repo / "wrapped" / "1").mkdir(parents=True)
+    (repo / "wrapped" / "config.pbtxt").write_text(WRAPPED)
     srv = helpers.launch(
         tmp_path_factory,
         "traced",
@@ -137,6 +151,68 @@ def test_the_clients_trace_continues_through_the_server(traced_server, receiver)
         linked |= {link.span_id for link in execute.links}
     assert set(request_spans) <= linked, "every request is linked from the batch that served it"
     assert any(len(s.links) >= 2 for s in spans if s.name == "execute"), "the four HTTP requests shared a batch"
+
+
+def test_an_ensembles_steps_are_child_requests_of_its_span(traced_server, receiver):
+    traceparent, trace_id, client_span = _traceparent()
+    body = {"inputs": [{"name": "IN", "shape": [1, 2], "datatype": "FP32", "data": [3, 4]}]}
+    response = requests.post(
+        traced_server.base_url + "/v2/models/wrapped/infer", json=body, headers={"traceparent": traceparent}, timeout=10
+    )
+    assert response.status_code == 200, response.text
+
+    def model(span):
+        return {a.key: a.value for a in span.attributes}["triton.model_name"].string_value
+
+    def ours(spans):
+        return [s for s in spans if s.trace_id == bytes.fromhex(trace_id) and s.name == "InferRequest"]
+
+    spans = receiver.wait(lambda spans: len(ours(spans)) >= 2)
+    by_model = {model(s): s for s in ours(spans)}
+    ensemble, step = by_model["wrapped"], by_model["batching"]
+    assert ensemble.parent_span_id == bytes.fromhex(client_span), "the client's span is the ensemble's parent"
+    assert step.parent_span_id == ensemble.span_id, "the step is a child of the ensemble's request"
+    children = {s.name for s in spans if s.parent_span_id == step.span_id}
+    assert {"queue", "compute_infer"} <= children, children
+
+
+def test_a_remote_models_call_carries_its_span_to_the_other_server(tmp_path_factory, traced_server, receiver):
+    repo = tmp_path_factory.mktemp("remote_front") / "models"
+    (repo / "far" / "1").mkdir(parents=True)
+    (repo / "far" / "config.pbtxt").write_text(
+        'name: "far"\nbackend: "remote"\n'
+        f'parameters {{ key: "endpoint" value: {{ string_value: "{traced_server.grpc_url}" }} }}\n'
+        'parameters { key: "model_name" value: { string_value: "batching" } }\n'
+    )
+    front = helpers.launch(
+        tmp_path_factory,
+        "remote_front",
+        [repo],
+        [
+            "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1",
+            "--trace-config", f"opentelemetry,url={HOST}:{receiver.port}",
+            "--trace-config", "opentelemetry,bsp_schedule_delay=100",
+        ],
+    )
+    try:
+        traceparent, trace_id, client_span = _traceparent()
+        body = {"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [5, 6]}]}
+        response = requests.post(
+            front.base_url + "/v2/models/far/infer", json=body, headers={"traceparent": traceparent}, timeout=10
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["outputs"][0]["data"] == [5, 6]
+
+        def ours(spans):
+            return [s for s in spans if s.trace_id == bytes.fromhex(trace_id) and s.name == "InferRequest"]
+
+        spans = receiver.wait(lambda spans: len(ours(spans)) >= 2)
+        names = {{a.key: a.value for a in s.attributes}["triton.model_name"].string_value: s for s in ours(spans)}
+        local, remote = names["far"], names["batching"]
+        assert local.parent_span_id == bytes.fromhex(client_span)
+        assert remote.parent_span_id == local.span_id, "the remote server's span is a child of the calling model's"
+    finally:
+        front.stop_and_check()
 
 
 def test_trace_settings_over_http(traced_server):
