@@ -23,8 +23,12 @@
 //! The baselines:
 //! - [`echo`] — the echo server, HTTP and gRPC.
 //! - [`compute_limit`] — in-process ONNX Runtime throughput.
+//!
+//! Comparisons:
+//! - [`chain`] — an ensemble against its steps called one by one by the client.
 
 pub mod binary_ext;
+pub mod chain;
 pub mod compute_limit;
 pub mod connection;
 pub mod datatype;
