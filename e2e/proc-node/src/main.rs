@@ -21,6 +21,7 @@
 //! probe       httpGet, tcpSocket, grpc and exec probes
 //! grpc_probe  grpc.health.v1 Check, as the kubelet's gRPC probe
 //! status      pod status as a kubelet writes it
+//! service_names  Service names for pods, as the cluster's DNS gives them
 //! ```
 
 mod container;
@@ -31,6 +32,7 @@ mod plan;
 mod pods;
 mod probe;
 mod process;
+mod service_names;
 mod status;
 mod volumes;
 
@@ -82,6 +84,9 @@ struct Args {
     /// doubled at each restart up to 5 minutes.
     #[arg(long, default_value_t = 10)]
     backoff_seconds: u64,
+    /// The cluster's DNS domain, for the Service names pods resolve.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
 }
 
 fn main() -> Result<()> {
@@ -111,12 +116,20 @@ async fn run(args: Args) -> Result<()> {
     let client = kube::Client::try_from(config).context("building the API client")?;
     let network = PodNetwork::claim(&args.cidr, args.nodes.len())?;
     tokio::fs::create_dir_all(&args.state_dir).await?;
+    let service_hosts = args.state_dir.join("service-hosts");
+    tokio::fs::write(&service_hosts, "").await?;
+    tokio::spawn(service_names::keep(
+        client.clone(),
+        service_hosts.clone(),
+        args.cluster_domain.clone(),
+    ));
     let runner = Arc::new(Runner::new(pods::RunnerConfig {
         client: client.clone(),
         bin_dir: args.bin_dir.clone(),
         image_pattern: args.image_pattern.clone(),
         state_dir: args.state_dir.clone(),
         bind_shim: args.bind_shim.clone(),
+        service_hosts,
         api_server: args.api_server.clone(),
         api_ca: args.api_ca.clone(),
         network: network.clone(),

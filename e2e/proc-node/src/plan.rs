@@ -183,6 +183,11 @@ fn base_env(ctx: &PodContext<'_>, mounts: &[(String, PathBuf)]) -> Vec<(String, 
         // The shim binds the process's wildcard listeners to the pod's IP.
         ("LD_PRELOAD".into(), ctx.config.bind_shim.display().to_string()),
         ("NEREID_POD_IP".into(), ctx.addresses.pod.to_string()),
+        // And resolves Service names as the cluster's DNS would.
+        (
+            "NEREID_SERVICE_HOSTS".into(),
+            ctx.config.service_hosts.display().to_string(),
+        ),
     ];
     // The image's own environment (the Dockerfile's ENV).
     if let Ok(ort) = std::env::var("ORT_DYLIB_PATH") {

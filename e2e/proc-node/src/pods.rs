@@ -35,6 +35,8 @@ pub struct RunnerConfig {
     pub image_pattern: String,
     pub state_dir: PathBuf,
     pub bind_shim: PathBuf,
+    /// The Service names the shim resolves (see `service_names`).
+    pub service_hosts: PathBuf,
     pub api_server: String,
     pub api_ca: PathBuf,
     pub network: PodNetwork,

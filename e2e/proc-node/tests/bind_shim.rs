@@ -61,3 +61,32 @@ fn wildcard_binds_land_on_the_pod_ip_and_others_pass_through() {
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "127.0.0.9");
     let _ = std::fs::remove_dir_all(library.parent().unwrap());
 }
+
+#[test]
+fn listed_service_names_resolve_to_their_address_and_others_pass_through() {
+    let library = shim();
+    let hosts = std::env::temp_dir().join(format!("nereid-service-hosts-{}", std::process::id()));
+    std::fs::write(&hosts, "echo.ml.svc.cluster.local 127.0.0.42\necho.ml.svc 127.0.0.42\n").unwrap();
+    let resolve = |name: &str| {
+        let output = Command::new("python3")
+            .args([
+                "-c",
+                "import socket, sys\nprint(socket.getaddrinfo(sys.argv[1], 8001, socket.AF_INET)[0][4][0])",
+                name,
+            ])
+            .env("LD_PRELOAD", &library)
+            .env("NEREID_SERVICE_HOSTS", &hosts)
+            .output()
+            .expect("python3");
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    assert_eq!(resolve("echo.ml.svc.cluster.local"), "127.0.0.42");
+    assert_eq!(resolve("echo.ml.svc"), "127.0.0.42");
+    assert_eq!(resolve("localhost"), "127.0.0.1", "names not listed resolve as always");
+    let _ = std::fs::remove_file(&hosts);
+}
