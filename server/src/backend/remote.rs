@@ -9,11 +9,15 @@
 //! parameters { key: "model_version" value { string_value: "2" } }        # default: the remote's latest
 //! parameters { key: "timeout_ms"    value { string_value: "30000" } }    # default 60000
 //! parameters { key: "namespace"     value { string_value: "ml" } }       # nereid-gateway's nereid-namespace
+//! parameters { key: "connections"   value { string_value: "4" } }        # default 1
 //! ```
 //!
 //! Unlike the other backends it has no instance threads: a call is I/O, so
-//! it is awaited on the runtime, as many at once as arrive, over one pooled
-//! HTTP/2 connection (tonic's channel, which reconnects by itself). Inputs
+//! it is awaited on the runtime, as many at once as arrive, over pooled
+//! HTTP/2 connections (tonic channels, which reconnect by themselves; calls
+//! take them in turn). One is enough behind a router that balances each
+//! request (nereid-gateway); a Kubernetes Service balances connections, so
+//! behind one, several spread the calls over its pods. Inputs
 //! and outputs travel as raw contents, without a copy. A request's deadline
 //! (its `timeout` parameter, bounded by `timeout_ms`) becomes the call's
 //! `grpc-timeout`; its trace context goes along as `traceparent`; its
@@ -26,6 +30,7 @@
 //! from the remote model's own config (its `ModelConfig`), so a remote
 //! step needs nothing but its endpoint.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -61,6 +66,8 @@ pub struct RemoteSettings {
     pub timeout: Duration,
     /// For nereid-gateway: the namespace of the model it routes to.
     pub namespace: Option<String>,
+    /// HTTP/2 connections to keep, taken in turn.
+    pub connections: usize,
 }
 
 impl RemoteSettings {
@@ -95,7 +102,20 @@ impl RemoteSettings {
                 }
             },
         };
+        let connections = match parameter(config, "connections") {
+            None => 1,
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if (1..=64).contains(&n) => n,
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "remote model '{}': parameter 'connections' must be a number from 1 to 64, got '{n}'",
+                        config.name
+                    )));
+                }
+            },
+        };
         Ok(RemoteSettings {
+            connections,
             endpoint,
             model_name: parameter(config, "model_name").unwrap_or(&config.name).to_string(),
             model_version: parameter(config, "model_version").unwrap_or_default().to_string(),
@@ -125,7 +145,8 @@ impl RemoteSettings {
 pub struct RemoteModel {
     settings: RemoteSettings,
     outputs: Vec<String>,
-    client: GrpcInferenceServiceClient<Channel>,
+    clients: Vec<GrpcInferenceServiceClient<Channel>>,
+    next: AtomicUsize,
 }
 
 impl RemoteModel {
@@ -133,14 +154,25 @@ impl RemoteModel {
     /// load's config completion, which dialled already).
     pub fn new(config: &ModelConfig) -> Result<Self> {
         let settings = RemoteSettings::from_config(config)?;
-        let client = GrpcInferenceServiceClient::new(settings.channel()?)
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
+        let clients = (0..settings.connections)
+            .map(|_| {
+                Ok(GrpcInferenceServiceClient::new(settings.channel()?)
+                    .max_decoding_message_size(MAX_MESSAGE)
+                    .max_encoding_message_size(MAX_MESSAGE))
+            })
+            .collect::<Result<_>>()?;
         Ok(RemoteModel {
             outputs: config.output.iter().map(|o| o.name.clone()).collect(),
             settings,
-            client,
+            clients,
+            next: AtomicUsize::new(0),
         })
+    }
+
+    /// The next connection, in turn.
+    fn client(&self) -> GrpcInferenceServiceClient<Channel> {
+        let at = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
+        self.clients[at].clone()
     }
 
     /// Sends one request and returns the remote's outputs.
@@ -159,7 +191,7 @@ impl RemoteModel {
             let mut request = tonic::Request::new(message);
             request.set_timeout(timeout);
             self.add_metadata(&mut request, work);
-            match self.client.clone().model_infer(request).await {
+            match self.client().model_infer(request).await {
                 Ok(answer) => {
                     return convert::incoming_outputs(answer.into_inner())
                         .map_err(|e| Error::new(e.kind(), format!("{}: {}", self.settings.describe(), e.message())));
@@ -336,6 +368,7 @@ mod tests {
             param("model_version", "3"),
             param("timeout_ms", "250"),
             param("namespace", "ml"),
+            param("connections", "4"),
         ]
         .join(" ");
         let s = RemoteSettings::from_config(&config(&all)).unwrap();
@@ -343,6 +376,7 @@ mod tests {
         assert_eq!(s.model_version, "3");
         assert_eq!(s.timeout, Duration::from_millis(250));
         assert_eq!(s.namespace.as_deref(), Some("ml"));
+        assert_eq!(s.connections, 4);
     }
 
     #[test]
@@ -391,7 +425,7 @@ mod tests {
             .unwrap()
             .port();
         let model = RemoteModel::new(&config(&param("endpoint", &format!("127.0.0.1:{port}")))).unwrap();
-        let mut client = model.client.clone();
+        let mut client = model.client();
         let status = client
             .model_infer(nereid_proto::inference::ModelInferRequest::default())
             .await
