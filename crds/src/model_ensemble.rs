@@ -9,7 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Address, Autoscaling};
+use crate::{Address, Autoscaling, AutoscalingStatus, Endpoints, ModelResources, Scheduling, ServerSpec};
 
 /// A DAG of InferenceModels served under one model name.
 // clippy reads the repeated `type_ = "string"` of separate printcolumns as duplicates.
@@ -87,6 +87,16 @@ pub struct ModelEnsembleSpec {
     /// Horizontal autoscaling of the ensemble pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
+    /// CPU, memory and GPUs of each ensemble pod (with placement colocated,
+    /// enough for every member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ModelResources>,
+    /// Where the ensemble pods may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<Scheduling>,
+    /// The ensemble pods' nereid-server container: image, extra args and env, ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerSpec>,
 }
 
 /// One step: a member model and how its tensors map to the ensemble's.
@@ -169,7 +179,13 @@ pub struct ModelEnsembleStatus {
     /// Label selector of the ensemble pods, as a string.
     #[serde(default)]
     pub selector: String,
-    /// Ready, MembersReady and Valid conditions.
+    /// Ready, MembersReady, Valid, Progressing and Degraded conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// In-cluster addresses of the ensemble's Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<Endpoints>,
+    /// Where autoscaling stands, when `spec.autoscaling` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
 }

@@ -35,6 +35,11 @@ pub struct Args {
     #[arg(long, env = "NEREID_GATEWAY_URL")]
     pub gateway_url: Option<String>,
 
+    /// Its gRPC address (`<service>.<namespace>.svc.<domain>:8001`); remote
+    /// ensemble steps call members through it. Default: the URL's host, port 8001.
+    #[arg(long, env = "NEREID_GATEWAY_GRPC")]
+    pub gateway_grpc: Option<String>,
+
     /// The namespaces that gateway routes, comma-separated; all when empty.
     #[arg(long, env = "NEREID_GATEWAY_NAMESPACES", value_delimiter = ',', num_args = 0..)]
     pub gateway_namespaces: Vec<String>,
@@ -167,6 +172,11 @@ impl Args {
             .filter(|url| !url.is_empty())
             .map(|url| Gateway {
                 http: url.to_string(),
+                grpc: self.gateway_grpc.clone().unwrap_or_else(|| {
+                    let authority = url.split("://").last().unwrap_or(url);
+                    let host = authority.split(['/', ':']).next().unwrap_or(authority);
+                    format!("{host}:8001")
+                }),
                 namespaces: namespace_list(&self.gateway_namespaces),
             });
         OperatorConfig {
@@ -258,6 +268,10 @@ mod tests {
         .gateway
         .unwrap();
         assert_eq!(gateway.http, "http://gw.nereid.svc.cluster.local:8000");
+        assert_eq!(
+            gateway.grpc, "gw.nereid.svc.cluster.local:8001",
+            "the URL's host, gRPC's port"
+        );
         assert_eq!(gateway.namespaces, Some(vec!["a".to_string(), "b".to_string()]));
         assert!(gateway.routes("a") && !gateway.routes("c"));
     }

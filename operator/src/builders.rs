@@ -1,10 +1,12 @@
-//! The desired state of one InferenceModel, as plain Kubernetes objects.
+//! The desired state of one InferenceModel, as plain Kubernetes objects; the
+//! same builders make a ModelEnsemble's ([`crate::ensemble`]), through [`served`].
 //!
 //! Every builder is a pure function of the InferenceModel (and the operator's
 //! settings): no API calls, no clocks, no randomness. The same spec always
 //! builds the same objects, so server-side apply is a no-op when nothing
 //! changed, and each builder is unit-tested on its own.
 //!
+//! - [`served`]: what an InferenceModel and a ModelEnsemble share for building.
 //! - [`labels`]: the labels, selector and owner reference every object shares.
 //! - [`config_map`]: the model config override, as Triton's JSON.
 //! - [`deployment`]: the serving pods.
@@ -21,7 +23,10 @@ pub mod labels;
 pub mod network_policy;
 pub mod pdb;
 pub mod scaled_object;
+pub mod served;
 pub mod service;
+
+pub use served::Served;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -71,7 +76,7 @@ pub fn desired(model: &InferenceModel, config: &OperatorConfig) -> Desired {
     let config_map = config_map::config_map(model);
     let hash = config_map::config_hash(&config_map);
     Desired {
-        deployment: deployment::deployment(model, config, &hash),
+        deployment: deployment::deployment(model, &deployment::Repository::of_model(model), config, &hash),
         service: service::service(model),
         pdb: pdb::pdb(model),
         network_policy: network_policy::network_policy(model),

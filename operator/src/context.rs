@@ -38,6 +38,8 @@ pub struct OperatorConfig {
 pub struct Gateway {
     /// Its HTTP base URL, e.g. `http://nereid-gateway.nereid.svc.cluster.local:8000`.
     pub http: String,
+    /// Its gRPC address, `host:port`, for remote ensemble steps.
+    pub grpc: String,
     /// The namespaces it routes; `None`: all of them.
     pub namespaces: Option<Vec<String>>,
 }

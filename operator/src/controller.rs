@@ -48,7 +48,7 @@ use nereid_crds::conditions::PROGRESSING;
 use nereid_crds::{InferenceModel, InferenceModelStatus};
 use tokio_util::sync::CancellationToken;
 
-use crate::builders::{self, AutoscalerObject, deployment, labels, service};
+use crate::builders::{self, AutoscalerObject, Served, deployment, labels, service};
 use crate::context::Context;
 use crate::error::Error;
 use crate::status::{self, Missing, gpus::GpuCapacity};
@@ -124,17 +124,7 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
 
     // 3 and 4. Build and apply; never a second HPA over pods another one scales.
     let mut desired = builders::desired(model, &ctx.config);
-    let keda = matches!(desired.autoscaler, AutoscalerObject::Keda(_));
-    let foreign = match desired.autoscaler.is_some() {
-        true => foreign_autoscaler(&ctx.client, &namespace, model, keda).await?,
-        false => None,
-    };
-    if foreign.is_some() {
-        desired.autoscaler = match desired.autoscaler {
-            AutoscalerObject::Hpa(_) => AutoscalerObject::Hpa(None),
-            AutoscalerObject::Keda(_) => AutoscalerObject::Keda(None),
-        };
-    }
+    let foreign = leave_to_a_foreign_autoscaler(&ctx.client, &namespace, model, &mut desired).await?;
     let applied = apply::apply_all(&ctx.client, &namespace, model, desired, &ctx.config.field_manager).await?;
 
     // 5. Observe.
@@ -240,20 +230,44 @@ async fn gpu_capacity(client: &kube::Client, model: &InferenceModel) -> Option<G
     }
 }
 
+/// When another autoscaler already scales `model`'s pods, drops the one
+/// `desired` would make (an existing one of ours is then removed) and
+/// returns the other's name: never two autoscalers over the same pods.
+pub(crate) async fn leave_to_a_foreign_autoscaler<S: Served>(
+    client: &kube::Client,
+    namespace: &str,
+    model: &S,
+    desired: &mut builders::Desired,
+) -> Result<Option<String>, Error> {
+    if !desired.autoscaler.is_some() {
+        return Ok(None);
+    }
+    let keda = matches!(desired.autoscaler, AutoscalerObject::Keda(_));
+    let foreign = foreign_autoscaler(client, namespace, model, keda).await?;
+    if foreign.is_some() {
+        desired.autoscaler = match desired.autoscaler {
+            AutoscalerObject::Hpa(_) => AutoscalerObject::Hpa(None),
+            AutoscalerObject::Keda(_) => AutoscalerObject::Keda(None),
+        };
+    }
+    Ok(foreign)
+}
+
 /// The name of an HPA the model does not own that scales its pods (through
 /// the InferenceModel or its Deployment), if there is one. With `keda`, the
 /// HPA KEDA made for the model's own ScaledObject is not foreign.
-async fn foreign_autoscaler(
+async fn foreign_autoscaler<S: Served>(
     client: &kube::Client,
     namespace: &str,
-    model: &InferenceModel,
+    model: &S,
     keda: bool,
 ) -> Result<Option<String>, Error> {
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), namespace);
     let name = model.name_any();
+    let kind = S::kind(&());
     let foreign = hpas.list(&ListParams::default()).await?.items.into_iter().find(|hpa| {
         let target = &hpa.spec.scale_target_ref;
-        let ours = matches!(target.kind.as_str(), "InferenceModel" | "Deployment") && target.name == name;
+        let ours = (target.kind == kind || target.kind == "Deployment") && target.name == name;
         let from_our_scaled_object = keda
             && hpa
                 .owner_references()

@@ -1,10 +1,18 @@
-//! ModelEnsembles: a DAG of InferenceModels under one model name.
+//! ModelEnsembles: a DAG of InferenceModels served under one model name,
+//! by pods of their own (placement `remote`: the ensemble alone, its steps
+//! calling each member's Service; `colocated`: the ensemble and its members
+//! in one pod).
 //!
-//! - [`status`]: the status, derived purely from the spec and the members.
+//! - [`members`]: what each member serves, asked of its pods.
+//! - [`tensors`]: the DAG checked against the members' tensors (pure).
+//! - [`repository`]: the ensemble pod's model folders, by placement (pure).
+//! - [`objects`]: every object, from the InferenceModel's builders (pure).
+//! - [`status`]: the status, from the members, the Deployment and the pods (pure).
 //! - [`controller`]: the reconcile, its error policy and its watches.
-//!
-//! The ensemble's pods (placement `remote` or `colocated`) are not built
-//! yet: the status says so (`NotServed`) instead of looking accepted.
 
 pub mod controller;
+pub mod members;
+pub mod objects;
+pub mod repository;
 pub mod status;
+pub mod tensors;

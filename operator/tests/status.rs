@@ -255,6 +255,7 @@ fn ready_reason_and_url_fill_the_columns() {
     let config = OperatorConfig {
         gateway: Some(Gateway {
             http: "http://gw.nereid.svc.cluster.local:8000".into(),
+            grpc: "gw.nereid.svc.cluster.local:8001".into(),
             namespaces: None,
         }),
         ..config()

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{Errors, check_autoscaling};
+use super::{Errors, check_autoscaling, check_ports};
 use crate::ModelEnsembleSpec;
 use crate::rules::{self, DATATYPES};
 
@@ -16,6 +16,9 @@ pub fn validate_ensemble(spec: &ModelEnsembleSpec) -> Result<(), Vec<String>> {
     errors.check(spec.replicas.is_none_or(|r| r >= 0), rules::ENSEMBLE_REPLICAS);
     if let Some(autoscaling) = &spec.autoscaling {
         check_autoscaling(&mut errors, autoscaling);
+    }
+    if let Some(ports) = spec.server.as_ref().and_then(|s| s.ports.as_ref()) {
+        check_ports(&mut errors, ports);
     }
     let tensors = spec
         .inputs

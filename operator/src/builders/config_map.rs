@@ -18,13 +18,13 @@ use kube::ResourceExt;
 use nereid_crds::{DynamicBatching, InferenceModel, ModelConfigOverride, VersionPolicy};
 use serde_json::{Map, Value, json};
 
-use super::labels;
+use super::{Served, labels};
 
 /// The ConfigMap's one key.
 pub const CONFIG_KEY: &str = "config.json";
 
-/// `<model>-config`.
-pub fn name(model: &InferenceModel) -> String {
+/// `<model>-config` (an ensemble's is named the same way).
+pub fn name<S: Served>(model: &S) -> String {
     format!("{}-config", model.name_any())
 }
 

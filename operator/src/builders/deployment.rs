@@ -1,4 +1,6 @@
-//! The Deployment of `nereid-server` pods that serve one InferenceModel.
+//! The Deployment of `nereid-server` pods that serve one InferenceModel (or
+//! one ModelEnsemble: the same pods, their model folder filled from its
+//! [`Repository`] instead).
 //!
 //! How the model reaches the server: every pod has an emptyDir `models` at
 //! `/models`, and an init container `model-fetch` (same image) copies
@@ -47,10 +49,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use nereid_crds::InferenceModel;
+use nereid_crds::{InferenceModel, ModelSource};
 
 use super::service::{self, Ports};
-use super::{config_map, labels};
+use super::{Served, config_map, labels};
 use crate::context::OperatorConfig;
 
 /// Pod template annotation holding the ConfigMap's hash: a config change
@@ -67,6 +69,8 @@ pub const SERVER_CONTAINER: &str = "nereid-server";
 /// model failed to load (its `LOAD_FAILED_EXIT_CODE`): a failed load, not a crash.
 pub const SERVER_LOAD_FAILED_EXIT_CODE: i32 = 3;
 pub const FETCH_CONTAINER: &str = "model-fetch";
+/// The init container that writes the ConfigMap's model folders (ensembles).
+pub const WRITE_CONTAINER: &str = "model-configs";
 
 pub const MODELS_VOLUME: &str = "models";
 pub const MODELS_PATH: &str = "/models";
@@ -117,23 +121,32 @@ case "$NEREID_SOURCE_URI" in
 esac
 "#;
 
+/// The write step (see [`write_container`]).
+const WRITE_SCRIPT: &str = r#"set -eu
+for config in /etc/nereid/config/*.pbtxt; do
+  name=$(basename "$config" .pbtxt)
+  mkdir -p "/models/$name/1"
+  cp "$config" "/models/$name/config.pbtxt"
+  echo "model-configs: wrote /models/$name"
+done
+"#;
+
 /// The replicas the Deployment runs: `spec.replicas`, else the autoscaler's
 /// minimum, else 1.
 ///
 /// An HPA scales the InferenceModel through its scale subresource (which
 /// writes `spec.replicas`), never the Deployment directly, so `spec.replicas`
 /// is the one source of truth even under autoscaling and is always applied.
-pub fn replicas(model: &InferenceModel) -> i32 {
+pub fn replicas<S: Served>(model: &S) -> i32 {
     model
-        .spec
-        .replicas
-        .or_else(|| model.spec.autoscaling.as_ref().and_then(|a| a.min_replicas))
+        .replicas_field()
+        .or_else(|| model.autoscaling().and_then(|a| a.min_replicas))
         .unwrap_or(1)
 }
 
 /// The number of GPUs each pod asks for, and as which resource.
-pub fn gpus(model: &InferenceModel) -> (u32, String) {
-    let resources = model.spec.resources.as_ref();
+pub fn gpus<S: Served>(model: &S) -> (u32, String) {
+    let resources = model.resources();
     let count = resources.and_then(|r| r.gpu).unwrap_or(0);
     let resource = resources
         .and_then(|r| r.gpu_resource.clone())
@@ -141,8 +154,73 @@ pub fn gpus(model: &InferenceModel) -> (u32, String) {
     (count, resource)
 }
 
+/// How a pod's `/models` folder is filled before the server starts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Repository {
+    /// Model folders fetched from storage, one init container each.
+    pub fetched: Vec<Fetched>,
+    /// Whether the ConfigMap's `<model>.pbtxt` keys are model folders of
+    /// their own (an ensemble's config, remote members' configs), written
+    /// into `/models` by an init container.
+    pub written: bool,
+    /// Config patches the server merges over a model's `config.pbtxt` at
+    /// load: (model, ConfigMap key).
+    pub patches: Vec<(String, String)>,
+}
+
+/// One model folder fetched from storage.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fetched {
+    /// The folder's name under `/models`, which is the model's name.
+    pub model: String,
+    pub source: ModelSource,
+    /// Its init container.
+    pub container: String,
+    /// The volume of its claim, for a `pvc://` source.
+    pub volume: String,
+    /// Its config patch's ConfigMap key.
+    pub config_key: String,
+}
+
+impl Repository {
+    /// An InferenceModel's: its one model, fetched from `spec.source`,
+    /// with `spec.config` as its patch.
+    pub fn of_model(model: &InferenceModel) -> Self {
+        let name = model.name_any();
+        Repository {
+            fetched: vec![Fetched {
+                model: name.clone(),
+                source: model.spec.source.clone(),
+                container: FETCH_CONTAINER.into(),
+                volume: SOURCE_VOLUME.into(),
+                config_key: config_map::CONFIG_KEY.into(),
+            }],
+            written: false,
+            patches: vec![(name, config_map::CONFIG_KEY.into())],
+        }
+    }
+
+    /// The credentials Secrets the fetched sources name, each once.
+    fn secrets(&self) -> Vec<&str> {
+        let mut secrets: Vec<&str> = Vec::new();
+        for fetched in &self.fetched {
+            if let Some(secret) = fetched.source.credentials_secret.as_deref()
+                && !secrets.contains(&secret)
+            {
+                secrets.push(secret);
+            }
+        }
+        secrets
+    }
+}
+
 /// The Deployment, named like the model. `config_hash` is the ConfigMap's hash.
-pub fn deployment(model: &InferenceModel, config: &OperatorConfig, config_hash: &str) -> Deployment {
+pub fn deployment<S: Served>(
+    model: &S,
+    repository: &Repository,
+    config: &OperatorConfig,
+    config_hash: &str,
+) -> Deployment {
     Deployment {
         metadata: labels::object_meta(model, model.name_any()),
         spec: DeploymentSpec {
@@ -159,14 +237,19 @@ pub fn deployment(model: &InferenceModel, config: &OperatorConfig, config_hash: 
             // Past the startup probe's whole budget, so a slow load is not a failed rollout.
             progress_deadline_seconds: Some(STARTUP_PERIOD_SECS * STARTUP_FAILURES + 300),
             revision_history_limit: Some(5),
-            template: pod_template(model, config, config_hash),
+            template: pod_template(model, repository, config, config_hash),
             ..DeploymentSpec::default()
         },
         ..Deployment::default()
     }
 }
 
-fn pod_template(model: &InferenceModel, config: &OperatorConfig, config_hash: &str) -> PodTemplateSpec {
+fn pod_template<S: Served>(
+    model: &S,
+    repository: &Repository,
+    config: &OperatorConfig,
+    config_hash: &str,
+) -> PodTemplateSpec {
     let ports = service::ports(model);
     let annotations = BTreeMap::from([
         (CONFIG_HASH_ANNOTATION.to_string(), config_hash.to_string()),
@@ -175,16 +258,19 @@ fn pod_template(model: &InferenceModel, config: &OperatorConfig, config_hash: &s
         ("prometheus.io/path".to_string(), "/metrics".to_string()),
     ]);
     let image = model
-        .spec
-        .server
-        .as_ref()
+        .server()
         .and_then(|s| s.image.clone())
         .unwrap_or_else(|| config.server_image.clone());
-    let mut containers = vec![server_container(model, &image, ports)];
-    if let Some(server) = &model.spec.server {
+    let mut containers = vec![server_container(model, repository, &image, ports)];
+    if let Some(server) = model.server() {
         containers.extend(server.sidecars.iter().cloned());
     }
-    let scheduling = model.spec.scheduling.clone().unwrap_or_default();
+    let scheduling = model.scheduling().cloned().unwrap_or_default();
+    let mut init_containers = Vec::with_capacity(repository.fetched.len() + 1);
+    if repository.written {
+        init_containers.push(write_container(&image));
+    }
+    init_containers.extend(repository.fetched.iter().map(|f| fetch_container(f, &image)));
     PodTemplateSpec {
         metadata: Some(ObjectMeta {
             labels: Some(labels::labels(model)),
@@ -192,9 +278,9 @@ fn pod_template(model: &InferenceModel, config: &OperatorConfig, config_hash: &s
             ..ObjectMeta::default()
         }),
         spec: Some(PodSpec {
-            init_containers: Some(vec![fetch_container(model, &image)]),
+            init_containers: Some(init_containers),
             containers,
-            volumes: Some(volumes(model)),
+            volumes: Some(volumes(model, repository)),
             termination_grace_period_seconds: Some(TERMINATION_GRACE_SECS),
             // Serving pods never talk to the Kubernetes API.
             automount_service_account_token: Some(false),
@@ -228,9 +314,9 @@ fn pod_template(model: &InferenceModel, config: &OperatorConfig, config_hash: &s
     }
 }
 
-fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Container {
+fn server_container<S: Served>(model: &S, repository: &Repository, image: &str, ports: Ports) -> Container {
     let name = model.name_any();
-    let server = model.spec.server.clone().unwrap_or_default();
+    let server = model.server().cloned().unwrap_or_default();
     let mut args = vec!["--model-repository".to_string(), MODELS_PATH.to_string()];
     let mut env = server.env.clone();
     match &server.repository_api {
@@ -284,13 +370,17 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         ports.metrics.to_string(),
         "--exit-timeout-secs".to_string(),
         EXIT_TIMEOUT_SECS.to_string(),
-        // spec.config, merged by the server over the repository's config.pbtxt.
-        "--model-config-patch".to_string(),
-        format!("{name}={CONFIG_PATH}/{}", config_map::CONFIG_KEY),
-        // A model that fails to load stops the container, so the pod (and the
-        // status, through the termination message) carries the server's reason.
-        "--exit-on-error".to_string(),
     ]);
+    // spec.config, merged by the server over the repository's config.pbtxt.
+    for (patched, key) in &repository.patches {
+        args.extend([
+            "--model-config-patch".to_string(),
+            format!("{patched}={CONFIG_PATH}/{key}"),
+        ]);
+    }
+    // A model that fails to load stops the container, so the pod (and the
+    // status, through the termination message) carries the server's reason.
+    args.push("--exit-on-error".to_string());
     args.extend(server.args.iter().cloned());
     let tls = server.tls.as_ref();
     // The kubelet's HTTPS probes do not verify the certificate, but cannot
@@ -326,7 +416,7 @@ fn server_container(model: &InferenceModel, image: &str, ports: Ports) -> Contai
         command: Some(vec!["nereid-server".into()]),
         args: Some(args),
         env: (!env.is_empty()).then_some(env),
-        env_from: credentials(model),
+        env_from: credentials(&repository.secrets()),
         ports: Some(vec![
             port(service::HTTP, ports.http),
             port(service::GRPC, ports.grpc),
@@ -395,16 +485,34 @@ fn restricted() -> SecurityContext {
     }
 }
 
-fn fetch_container(model: &InferenceModel, image: &str) -> Container {
+/// The init container that writes the ConfigMap's model folders: each
+/// `<model>.pbtxt` key becomes `/models/<model>/config.pbtxt` with an empty
+/// version `1` (an ensemble and a remote model have no model file).
+fn write_container(image: &str) -> Container {
+    Container {
+        name: WRITE_CONTAINER.into(),
+        image: Some(image.to_string()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), WRITE_SCRIPT.into()]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: Some(vec![
+            mount(MODELS_VOLUME, MODELS_PATH, false),
+            mount(CONFIG_VOLUME, CONFIG_PATH, true),
+        ]),
+        security_context: Some(restricted()),
+        ..Container::default()
+    }
+}
+
+fn fetch_container(fetched: &Fetched, image: &str) -> Container {
     let mut mounts = vec![
         mount(MODELS_VOLUME, MODELS_PATH, false),
         mount(CONFIG_VOLUME, CONFIG_PATH, true),
         mount(TMP_VOLUME, TMP_PATH, false),
     ];
-    if let Some((_, path)) = pvc_source(&model.spec.source.uri) {
+    if let Some((_, path)) = pvc_source(&fetched.source.uri) {
         mounts.push(VolumeMount {
             sub_path: (!path.is_empty()).then(|| path.to_string()),
-            ..mount(SOURCE_VOLUME, SOURCE_PATH, true)
+            ..mount(&fetched.volume, SOURCE_PATH, true)
         });
     }
     let env = |name: &str, value: String| EnvVar {
@@ -412,19 +520,17 @@ fn fetch_container(model: &InferenceModel, image: &str) -> Container {
         value: Some(value),
         ..EnvVar::default()
     };
+    let secrets: Vec<&str> = fetched.source.credentials_secret.as_deref().into_iter().collect();
     Container {
-        name: FETCH_CONTAINER.into(),
+        name: fetched.container.clone(),
         image: Some(image.to_string()),
         command: Some(vec!["/bin/sh".into(), "-c".into(), FETCH_SCRIPT.into()]),
         env: Some(vec![
-            env("NEREID_SOURCE_URI", model.spec.source.uri.clone()),
-            env("NEREID_MODEL_NAME", model.name_any()),
-            env(
-                "NEREID_MODEL_CONFIG",
-                format!("{CONFIG_PATH}/{}", config_map::CONFIG_KEY),
-            ),
+            env("NEREID_SOURCE_URI", fetched.source.uri.clone()),
+            env("NEREID_MODEL_NAME", fetched.model.clone()),
+            env("NEREID_MODEL_CONFIG", format!("{CONFIG_PATH}/{}", fetched.config_key)),
         ]),
-        env_from: credentials(model),
+        env_from: credentials(&secrets),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         volume_mounts: Some(mounts),
         security_context: Some(restricted()),
@@ -432,24 +538,28 @@ fn fetch_container(model: &InferenceModel, image: &str) -> Container {
     }
 }
 
-/// The credentials Secret's keys as environment variables.
-fn credentials(model: &InferenceModel) -> Option<Vec<EnvFromSource>> {
-    let secret = model.spec.source.credentials_secret.as_ref()?;
-    Some(vec![EnvFromSource {
-        secret_ref: Some(SecretEnvSource {
-            name: secret.clone(),
-            optional: Some(false),
-        }),
-        ..EnvFromSource::default()
-    }])
+/// These credentials Secrets' keys as environment variables.
+fn credentials(secrets: &[&str]) -> Option<Vec<EnvFromSource>> {
+    (!secrets.is_empty()).then(|| {
+        secrets
+            .iter()
+            .map(|secret| EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: secret.to_string(),
+                    optional: Some(false),
+                }),
+                ..EnvFromSource::default()
+            })
+            .collect()
+    })
 }
 
 /// CPU and memory as both request and limit (predictable latency: no
 /// overcommit); GPUs as a limit, which Kubernetes also uses as the request.
-fn resources(model: &InferenceModel) -> ResourceRequirements {
+fn resources<S: Served>(model: &S) -> ResourceRequirements {
     let mut requests = BTreeMap::new();
     let mut limits = BTreeMap::new();
-    if let Some(given) = &model.spec.resources {
+    if let Some(given) = model.resources() {
         for (name, quantity) in [("cpu", &given.cpu), ("memory", &given.memory)] {
             if let Some(quantity) = quantity {
                 requests.insert(name.to_string(), quantity.clone());
@@ -470,7 +580,7 @@ fn resources(model: &InferenceModel) -> ResourceRequirements {
 
 /// The user's tolerations, plus the GPU taint's when GPUs are requested and
 /// the user gave none that covers it.
-fn tolerations(model: &InferenceModel, given: Option<Vec<Toleration>>) -> Option<Vec<Toleration>> {
+fn tolerations<S: Served>(model: &S, given: Option<Vec<Toleration>>) -> Option<Vec<Toleration>> {
     let (count, _) = gpus(model);
     let mut tolerations = given.unwrap_or_default();
     let covered = tolerations.iter().any(|t| match t.key.as_deref() {
@@ -489,7 +599,7 @@ fn tolerations(model: &InferenceModel, given: Option<Vec<Toleration>>) -> Option
     (!tolerations.is_empty()).then_some(tolerations)
 }
 
-fn volumes(model: &InferenceModel) -> Vec<Volume> {
+fn volumes<S: Served>(model: &S, repository: &Repository) -> Vec<Volume> {
     let mut volumes = vec![
         Volume {
             name: MODELS_VOLUME.into(),
@@ -510,7 +620,7 @@ fn volumes(model: &InferenceModel) -> Vec<Volume> {
             ..Volume::default()
         },
     ];
-    if let Some(tls) = model.spec.server.as_ref().and_then(|s| s.tls.as_ref()) {
+    if let Some(tls) = model.server().and_then(|s| s.tls.as_ref()) {
         volumes.push(Volume {
             name: TLS_VOLUME.into(),
             secret: Some(SecretVolumeSource {
@@ -520,15 +630,17 @@ fn volumes(model: &InferenceModel) -> Vec<Volume> {
             ..Volume::default()
         });
     }
-    if let Some((claim, _)) = pvc_source(&model.spec.source.uri) {
-        volumes.push(Volume {
-            name: SOURCE_VOLUME.into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim.to_string(),
-                read_only: Some(true),
-            }),
-            ..Volume::default()
-        });
+    for fetched in &repository.fetched {
+        if let Some((claim, _)) = pvc_source(&fetched.source.uri) {
+            volumes.push(Volume {
+                name: fetched.volume.clone(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: claim.to_string(),
+                    read_only: Some(true),
+                }),
+                ..Volume::default()
+            });
+        }
     }
     volumes
 }

@@ -1,7 +1,7 @@
-//! The HorizontalPodAutoscaler of an InferenceModel, when its spec asks for
-//! autoscaling.
+//! The HorizontalPodAutoscaler of an InferenceModel (or ModelEnsemble),
+//! when its spec asks for autoscaling.
 //!
-//! The HPA scales the InferenceModel itself through its scale subresource
+//! The HPA scales the resource itself through its scale subresource
 //! (never the Deployment), so `spec.replicas` stays the one number the
 //! Deployment follows. Its one metric is an External metric that the
 //! operator serves (`external.metrics.k8s.io`, see
@@ -15,23 +15,23 @@ use k8s_openapi::api::autoscaling::v2::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::{Resource, ResourceExt};
-use nereid_crds::{Autoscaling, InferenceModel, TargetKind};
+use kube::ResourceExt;
+use nereid_crds::{Autoscaling, TargetKind};
 
-use super::labels;
+use super::{Served, labels};
 
 /// The label that selects a model's figures in the external metrics API.
 pub const MODEL_LABEL: &str = "model";
 
 /// The HPA, named like the model; `None` when the spec has no autoscaling.
-pub fn hpa(model: &InferenceModel) -> Option<HorizontalPodAutoscaler> {
-    let autoscaling = model.spec.autoscaling.as_ref()?;
+pub fn hpa<S: Served>(model: &S) -> Option<HorizontalPodAutoscaler> {
+    let autoscaling = model.autoscaling()?;
     Some(HorizontalPodAutoscaler {
         metadata: labels::object_meta(model, model.name_any()),
         spec: HorizontalPodAutoscalerSpec {
             scale_target_ref: CrossVersionObjectReference {
-                api_version: Some(InferenceModel::api_version(&()).into_owned()),
-                kind: InferenceModel::kind(&()).into_owned(),
+                api_version: Some(S::api_version(&()).into_owned()),
+                kind: S::kind(&()).into_owned(),
                 name: model.name_any(),
             },
             min_replicas: Some(autoscaling.min_replicas.unwrap_or(1)),
@@ -43,7 +43,7 @@ pub fn hpa(model: &InferenceModel) -> Option<HorizontalPodAutoscaler> {
     })
 }
 
-fn metric(model: &InferenceModel, autoscaling: &Autoscaling) -> MetricSpec {
+fn metric<S: Served>(model: &S, autoscaling: &Autoscaling) -> MetricSpec {
     let target = Quantity(autoscaling.target.clone());
     let target = match autoscaling.metric.target_kind() {
         TargetKind::Value => MetricTarget {
@@ -75,7 +75,7 @@ fn metric(model: &InferenceModel, autoscaling: &Autoscaling) -> MetricSpec {
 
 #[cfg(test)]
 mod tests {
-    use nereid_crds::AutoscalingMetric;
+    use nereid_crds::{AutoscalingMetric, InferenceModel};
 
     use super::*;
 

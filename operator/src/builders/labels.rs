@@ -1,4 +1,5 @@
-//! The labels, selector and metadata every object of an InferenceModel shares.
+//! The labels, selector and metadata every object of a served resource (an
+//! InferenceModel, a ModelEnsemble) shares.
 //!
 //! The selector is deliberately a small, stable subset of the labels: a
 //! Deployment's selector is immutable, so it must never grow with new labels.
@@ -7,9 +8,9 @@
 
 use std::collections::BTreeMap;
 
+use super::Served;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use kube::{Resource, ResourceExt};
-use nereid_crds::InferenceModel;
+use kube::ResourceExt;
 
 pub const NAME: &str = "app.kubernetes.io/name";
 pub const INSTANCE: &str = "app.kubernetes.io/instance";
@@ -29,7 +30,7 @@ pub fn managed_selector() -> String {
 }
 
 /// Labels of every object built for `model`, and of its pods.
-pub fn labels(model: &InferenceModel) -> BTreeMap<String, String> {
+pub fn labels<S: Served>(model: &S) -> BTreeMap<String, String> {
     let name = model.name_any();
     BTreeMap::from([
         (NAME.to_string(), SERVER_APP.to_string()),
@@ -40,7 +41,7 @@ pub fn labels(model: &InferenceModel) -> BTreeMap<String, String> {
 }
 
 /// The labels that select `model`'s serving pods.
-pub fn selector(model: &InferenceModel) -> BTreeMap<String, String> {
+pub fn selector<S: Served>(model: &S) -> BTreeMap<String, String> {
     BTreeMap::from([
         (NAME.to_string(), SERVER_APP.to_string()),
         (MODEL.to_string(), model.name_any()),
@@ -48,7 +49,7 @@ pub fn selector(model: &InferenceModel) -> BTreeMap<String, String> {
 }
 
 /// The selector as a `LabelSelector` (Deployment, PDB, topology spread).
-pub fn label_selector(model: &InferenceModel) -> LabelSelector {
+pub fn label_selector<S: Served>(model: &S) -> LabelSelector {
     LabelSelector {
         match_labels: Some(selector(model)),
         ..LabelSelector::default()
@@ -56,7 +57,7 @@ pub fn label_selector(model: &InferenceModel) -> LabelSelector {
 }
 
 /// The selector as `k=v,k=v` (sorted by key), for `status.selector` and list calls.
-pub fn selector_string(model: &InferenceModel) -> String {
+pub fn selector_string<S: Served>(model: &S) -> String {
     selector(model)
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -68,7 +69,7 @@ pub fn selector_string(model: &InferenceModel) -> String {
 /// deleting the model deletes it (and nothing else may adopt it).
 ///
 /// Empty for a model without a uid, which only hand-built test objects lack.
-pub fn owner_references(model: &InferenceModel) -> Vec<OwnerReference> {
+pub fn owner_references<S: Served>(model: &S) -> Vec<OwnerReference> {
     model
         .controller_owner_ref(&())
         .map(|owner| OwnerReference {
@@ -80,7 +81,7 @@ pub fn owner_references(model: &InferenceModel) -> Vec<OwnerReference> {
 }
 
 /// Metadata of an object named `name` in `model`'s namespace, labelled and owned.
-pub fn object_meta(model: &InferenceModel, name: String) -> ObjectMeta {
+pub fn object_meta<S: Served>(model: &S, name: String) -> ObjectMeta {
     ObjectMeta {
         name: Some(name),
         namespace: model.namespace(),
@@ -92,6 +93,8 @@ pub fn object_meta(model: &InferenceModel, name: String) -> ObjectMeta {
 
 #[cfg(test)]
 mod tests {
+    use nereid_crds::InferenceModel;
+
     use super::*;
 
     fn model() -> InferenceModel {

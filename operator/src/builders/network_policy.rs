@@ -11,13 +11,12 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use nereid_crds::InferenceModel;
 
-use super::{labels, service};
+use super::{Served, labels, service};
 
 /// The policy, named like the model; `None` when the spec has none.
-pub fn network_policy(model: &InferenceModel) -> Option<NetworkPolicy> {
-    let wanted = model.spec.network_policy.as_ref()?;
+pub fn network_policy<S: Served>(model: &S) -> Option<NetworkPolicy> {
+    let wanted = model.network_policy()?;
     let ports = service::ports(model);
     let port = |number: i32| NetworkPolicyPort {
         port: Some(IntOrString::Int(number)),

@@ -9,12 +9,11 @@
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use nereid_crds::InferenceModel;
 
-use super::labels;
+use super::{Served, labels};
 
 /// The budget, named like the model.
-pub fn pdb(model: &InferenceModel) -> PodDisruptionBudget {
+pub fn pdb<S: Served>(model: &S) -> PodDisruptionBudget {
     PodDisruptionBudget {
         metadata: labels::object_meta(model, model.name_any()),
         spec: Some(PodDisruptionBudgetSpec {

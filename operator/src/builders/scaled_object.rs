@@ -1,4 +1,4 @@
-//! The KEDA ScaledObject of an InferenceModel, when the operator runs with
+//! The KEDA ScaledObject of an InferenceModel (or ModelEnsemble), when the operator runs with
 //! `--autoscaler keda` and the spec asks for autoscaling: KEDA then makes and
 //! drives the HPA, calling the operator's External Scaler service
 //! ([`crate::external_scaler`]) for the metric.
@@ -6,12 +6,12 @@
 //! Built as a dynamic object: KEDA's types are not a dependency, and its CRD
 //! need not exist unless this mode is chosen.
 
+use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::{Resource, ResourceExt};
-use nereid_crds::{InferenceModel, TargetKind};
+use nereid_crds::TargetKind;
 use serde_json::json;
 
-use super::labels;
+use super::{Served, labels};
 
 /// KEDA's ScaledObject, `keda.sh/v1alpha1`.
 pub fn api_resource() -> ApiResource {
@@ -19,16 +19,16 @@ pub fn api_resource() -> ApiResource {
 }
 
 /// The ScaledObject, named like the model; `None` without `spec.autoscaling`.
-pub fn scaled_object(model: &InferenceModel, scaler_address: &str) -> Option<DynamicObject> {
-    let autoscaling = model.spec.autoscaling.as_ref()?;
+pub fn scaled_object<S: Served>(model: &S, scaler_address: &str) -> Option<DynamicObject> {
+    let autoscaling = model.autoscaling()?;
     let metric_type = match autoscaling.metric.target_kind() {
         TargetKind::Value => "Value",
         TargetKind::AverageValue => "AverageValue",
     };
     let mut spec = json!({
         "scaleTargetRef": {
-            "apiVersion": InferenceModel::api_version(&()),
-            "kind": InferenceModel::kind(&()),
+            "apiVersion": S::api_version(&()),
+            "kind": S::kind(&()),
             "name": model.name_any(),
         },
         "minReplicaCount": autoscaling.min_replicas.unwrap_or(1),
@@ -53,13 +53,13 @@ pub fn scaled_object(model: &InferenceModel, scaler_address: &str) -> Option<Dyn
 }
 
 /// The name KEDA gives the HPA it makes for a ScaledObject.
-pub fn keda_hpa_name(model: &InferenceModel) -> String {
+pub fn keda_hpa_name<S: Served>(model: &S) -> String {
     format!("keda-hpa-{}", model.name_any())
 }
 
 #[cfg(test)]
 mod tests {
-    use nereid_crds::{Autoscaling, AutoscalingMetric};
+    use nereid_crds::{Autoscaling, AutoscalingMetric, InferenceModel};
 
     use super::*;
 

@@ -8,9 +8,8 @@
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use nereid_crds::InferenceModel;
 
-use super::labels;
+use super::{Served, labels};
 
 /// The ports of the server container and the Service (Triton's defaults
 /// unless `spec.server.ports` says otherwise).
@@ -27,8 +26,8 @@ pub const GRPC: &str = "grpc";
 pub const METRICS: &str = "metrics";
 
 /// `model`'s ports.
-pub fn ports(model: &InferenceModel) -> Ports {
-    let given = model.spec.server.as_ref().and_then(|s| s.ports.as_ref());
+pub fn ports<S: Served>(model: &S) -> Ports {
+    let given = model.server().and_then(|s| s.ports.as_ref());
     Ports {
         http: given.and_then(|p| p.http).unwrap_or(8000),
         grpc: given.and_then(|p| p.grpc).unwrap_or(8001),
@@ -37,7 +36,7 @@ pub fn ports(model: &InferenceModel) -> Ports {
 }
 
 /// The Service named like the model, so its address is `<model>.<namespace>.svc`.
-pub fn service(model: &InferenceModel) -> Service {
+pub fn service<S: Served>(model: &S) -> Service {
     let ports = ports(model);
     let port = |name: &str, number: i32, app_protocol: Option<&str>| ServicePort {
         name: Some(name.to_string()),

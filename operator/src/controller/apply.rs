@@ -16,11 +16,10 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt};
-use nereid_crds::InferenceModel;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::builders::{AutoscalerObject, Desired, scaled_object};
+use crate::builders::{AutoscalerObject, Desired, Served, scaled_object};
 use crate::error::Error;
 
 /// What the API server holds after [`apply_all`], with the status the
@@ -36,10 +35,10 @@ pub struct Applied {
 /// NetworkPolicy, HPA or ScaledObject the spec no longer asks for is
 /// removed: unlike the other objects they are optional, so the garbage
 /// collector cannot be left to it.
-pub async fn apply_all(
+pub async fn apply_all<S: Served>(
     client: &Client,
     namespace: &str,
-    model: &InferenceModel,
+    model: &S,
     desired: Desired,
     field_manager: &str,
 ) -> Result<Applied, Error> {
@@ -84,7 +83,7 @@ pub async fn apply_all(
 /// not ours to remove. The UID precondition keeps one replaced in between
 /// safe too. A kind the cluster does not serve (KEDA not installed) has
 /// nothing to remove either.
-async fn remove_owned<K>(api: &Api<K>, model: &InferenceModel) -> Result<(), Error>
+async fn remove_owned<K, S: Served>(api: &Api<K>, model: &S) -> Result<(), Error>
 where
     K: Resource + Clone + Debug + DeserializeOwned,
 {
@@ -113,11 +112,11 @@ where
 }
 
 /// Whether `model` is the controller owner of the object with `meta`.
-pub fn owned_by(meta: &ObjectMeta, model: &InferenceModel) -> bool {
+pub fn owned_by<S: Served>(meta: &ObjectMeta, model: &S) -> bool {
     meta.owner_references
         .iter()
         .flatten()
-        .any(|owner| Some(&owner.uid) == model.metadata.uid.as_ref() && owner.controller == Some(true))
+        .any(|owner| Some(&owner.uid) == model.meta().uid.as_ref() && owner.controller == Some(true))
 }
 
 /// Server-side applies one namespaced object.

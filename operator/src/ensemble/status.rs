@@ -1,43 +1,70 @@
-//! A ModelEnsemble's status, derived from its spec and its member
-//! InferenceModels as the API server holds them. Pure, like the
-//! InferenceModel's ([`crate::status`]), with the same transition-time rules.
+//! A ModelEnsemble's status, derived from its spec, its member
+//! InferenceModels, and its own Deployment and pods. Pure, like the
+//! InferenceModel's ([`crate::status`]), whose pod diagnosis, rollout
+//! reading and transition-time rules it shares.
 //!
-//! The operator does not serve ensembles yet: it validates the DAG and
-//! follows the members, and `Ready` says plainly that no ensemble pod runs
-//! (reason `NotServed`, with Degraded True so that the Event and alerting
-//! see it), so an applied ModelEnsemble never looks accepted for serving.
+//! `Ready` is True only when the DAG is valid against what the members
+//! serve, every member is Ready, and every wanted ensemble pod is ready (its
+//! readiness probe is the ensemble model's own ready endpoint, which also
+//! needs every member loaded). A member that is deleted or stops being
+//! Ready makes `MembersReady` False with the member and its steps named.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use nereid_crds::conditions::{DEGRADED, MEMBERS_READY, READY, VALID, reason};
-use nereid_crds::{InferenceModel, ModelEnsemble, ModelEnsembleStatus};
+use nereid_crds::conditions::{DEGRADED, MEMBERS_READY, PROGRESSING, READY, VALID, reason};
+use nereid_crds::{Address, InferenceModel, ModelEnsemble, ModelEnsembleStatus};
 
-use crate::status::conditions::Conditions;
-use crate::status::not_ready_reason;
+use crate::builders::{deployment, labels, service};
+use crate::context::OperatorConfig;
+use crate::status::conditions::{Conditions, reason as local};
+use crate::status::{Rollout, address, not_ready_reason, pods, rollout};
 
 /// Reasons of the ensemble's conditions.
 pub mod reasons {
     /// Valid True.
     pub const VALID_DAG: &str = "ValidDAG";
+    /// Valid False: an InferenceModel of the same name holds the name the
+    /// ensemble's Service and pods need.
+    pub const NAME_TAKEN: &str = "NameTaken";
+    /// Valid False: a step's tensors do not match what its member serves.
+    pub const MEMBER_TENSOR_MISMATCH: &str = "MemberTensorMismatch";
     /// MembersReady True.
     pub const ALL_MEMBERS_READY: &str = "AllMembersReady";
     /// MembersReady False: a step names an InferenceModel that does not exist.
     pub const MEMBER_MISSING: &str = "MemberMissing";
     /// MembersReady False: a member exists but is not Ready.
     pub const MEMBER_NOT_READY: &str = "MemberNotReady";
-    /// Ready False, Degraded True: this operator runs no ensemble pods yet.
-    pub const NOT_SERVED: &str = "NotServed";
+    /// MembersReady False: a member is Ready but no pod of it told its config.
+    pub const MEMBER_UNREACHABLE: &str = "MemberUnreachable";
+    /// Progressing True: nothing is deployed until the members are ready.
+    pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
 }
 
-/// One member InferenceModel: its name, the steps that run it, and the
-/// object when it exists.
+/// One member InferenceModel: its name, the steps that run it, the object
+/// when it exists, and whether its pods told its config.
 #[derive(Clone, Debug)]
 pub struct Member<'a> {
     pub name: String,
     pub steps: Vec<String>,
     pub model: Option<&'a InferenceModel>,
+    pub config_known: bool,
+}
+
+/// What the controller saw, for [`derive_status`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Observed<'a> {
+    pub members: &'a [Member<'a>],
+    /// Problems of the DAG against the members' configs (checked once all
+    /// configs are known).
+    pub tensor_problems: &'a [String],
+    /// An InferenceModel of the ensemble's own name exists.
+    pub name_taken: bool,
+    pub deployment: Option<&'a Deployment>,
+    pub pods: &'a [Pod],
 }
 
 /// The distinct member model names of `ensemble`, in step order, with the
@@ -65,109 +92,178 @@ pub fn uses(ensemble: &ModelEnsemble, name: &str) -> bool {
     ensemble.spec.steps.iter().any(|s| s.model == name)
 }
 
-/// The status of `ensemble` given its `members` at `now`.
-pub fn derive_status(ensemble: &ModelEnsemble, members: &[Member<'_>], now: Time) -> ModelEnsembleStatus {
+/// Whether an InferenceModel is Ready.
+pub fn is_ready(model: &InferenceModel) -> bool {
+    model
+        .status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == READY && c.status == "True"))
+}
+
+/// The status of `ensemble` given what was `observed` at `now`.
+pub fn derive_status(
+    ensemble: &ModelEnsemble,
+    observed: &Observed<'_>,
+    config: &OperatorConfig,
+    now: Time,
+) -> ModelEnsembleStatus {
     let previous = ensemble.status.clone().unwrap_or_default();
+    let name = ensemble.name_any();
     let namespace = ensemble.namespace().unwrap_or_else(|| "default".into());
     let mut conditions = Conditions::new(&previous.conditions, ensemble.metadata.generation, &now);
 
-    let problems = nereid_crds::validate_ensemble(&ensemble.spec).err();
-    match &problems {
+    // Valid: the spec, the name, the tensors.
+    let invalid = match nereid_crds::validate_ensemble(&ensemble.spec) {
+        Err(problems) => Some((reason::INVALID_SPEC, format!("invalid spec: {}", problems.join("; ")))),
+        Ok(()) if observed.name_taken => Some((
+            reasons::NAME_TAKEN,
+            format!(
+                "InferenceModel '{name}' exists in namespace '{namespace}': the ensemble's Service and pods \
+                 need that name; rename one of them"
+            ),
+        )),
+        Ok(()) if !observed.tensor_problems.is_empty() => {
+            Some((reasons::MEMBER_TENSOR_MISMATCH, observed.tensor_problems.join("; ")))
+        }
+        Ok(()) => None,
+    };
+    match &invalid {
         None => conditions.set(
             VALID,
             true,
             reasons::VALID_DAG,
             format!("the DAG of {} steps is valid", ensemble.spec.steps.len()),
         ),
-        Some(problems) => conditions.set(
-            VALID,
-            false,
-            reason::INVALID_SPEC,
-            format!("invalid spec: {}", problems.join("; ")),
-        ),
+        Some((why, message)) => conditions.set(VALID, false, why, message.clone()),
     };
 
+    // MembersReady.
+    let members = observed.members;
     let ready_members = members.iter().filter(|m| m.model.is_some_and(is_ready)).count();
-    let missing: Vec<String> = members
-        .iter()
-        .filter(|m| m.model.is_none())
-        .map(|m| {
-            format!(
-                "InferenceModel '{}' ({}) does not exist in namespace '{namespace}'",
+    let mut missing = Vec::new();
+    let mut not_ready = Vec::new();
+    let mut unreachable = Vec::new();
+    for m in members {
+        let steps = steps_phrase(&m.steps);
+        match m.model {
+            None => missing.push(format!(
+                "InferenceModel '{}' ({steps}) does not exist in namespace '{namespace}'",
+                m.name
+            )),
+            Some(model) if !is_ready(model) => not_ready.push(format!(
+                "InferenceModel '{}' ({steps}) is not Ready: {}",
                 m.name,
-                steps_phrase(&m.steps)
-            )
-        })
-        .collect();
-    let not_ready: Vec<String> = members
-        .iter()
-        .filter_map(|m| Some((m, m.model?)))
-        .filter(|(_, model)| !is_ready(model))
-        .map(|(m, model)| {
-            format!(
-                "InferenceModel '{}' ({}) is not Ready: {}",
-                m.name,
-                steps_phrase(&m.steps),
                 ready_summary(model)
-            )
-        })
-        .collect();
-    let members_message = format!("{ready_members}/{} member InferenceModels are Ready", members.len());
-    let members_reason = match (missing.is_empty(), not_ready.is_empty()) {
-        (true, true) => {
-            conditions.set(MEMBERS_READY, true, reasons::ALL_MEMBERS_READY, members_message.clone());
-            None
+            )),
+            Some(_) if !m.config_known => unreachable.push(format!(
+                "InferenceModel '{}' ({steps}) is Ready but no pod of it answered for its config",
+                m.name
+            )),
+            Some(_) => {}
         }
-        (false, _) => Some(reasons::MEMBER_MISSING),
-        (true, false) => Some(reasons::MEMBER_NOT_READY),
+    }
+    let members_message = format!("{ready_members}/{} member InferenceModels are Ready", members.len());
+    let members_problem = if !missing.is_empty() {
+        Some(reasons::MEMBER_MISSING)
+    } else if !not_ready.is_empty() {
+        Some(reasons::MEMBER_NOT_READY)
+    } else if !unreachable.is_empty() {
+        Some(reasons::MEMBER_UNREACHABLE)
+    } else {
+        None
     };
-    if let Some(members_reason) = members_reason {
-        let detail = missing.iter().chain(&not_ready).cloned().collect::<Vec<_>>().join("; ");
-        conditions.set(
+    let members_detail = [missing.as_slice(), &not_ready, &unreachable].concat().join("; ");
+    match members_problem {
+        None => conditions.set(MEMBERS_READY, true, reasons::ALL_MEMBERS_READY, members_message.clone()),
+        Some(why) => conditions.set(
             MEMBERS_READY,
             false,
-            members_reason,
-            format!("{members_message}; {detail}"),
-        );
-    }
-
-    let (ready_reason, ready_message) = match &problems {
-        Some(problems) => (reason::INVALID_SPEC, format!("invalid spec: {}", problems.join("; "))),
-        None => (
-            reasons::NOT_SERVED,
-            "this version of the operator validates ModelEnsembles and follows their members but \
-             does not serve them: no ensemble pod runs and nothing answers for the ensemble's name"
-                .to_string(),
+            why,
+            format!("{members_message}; {members_detail}"),
         ),
     };
-    conditions.set(READY, false, ready_reason, ready_message.clone());
-    let degraded = match (&problems, members_reason) {
-        (None, Some(reasons::MEMBER_MISSING)) => (reasons::MEMBER_MISSING, missing.join("; ")),
-        _ => (ready_reason, ready_message),
+
+    // The ensemble's own pods.
+    let deployment_status = observed.deployment.and_then(|d| d.status.as_ref());
+    let wanted = observed
+        .deployment
+        .and_then(|d| d.spec.replicas)
+        .unwrap_or_else(|| deployment::replicas(ensemble));
+    let replicas = deployment_status.and_then(|s| s.replicas).unwrap_or(0);
+    let ready = deployment_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let (_, gpu_resource) = deployment::gpus(ensemble);
+    let report = pods::diagnose(observed.pods, &name, &gpu_resource, &now);
+    let pod_problem = report.worst();
+    let rollout = match observed.deployment {
+        Some(d) => rollout(Some(d), wanted),
+        None => Rollout::InProgress("waiting for the members before deploying the ensemble pods".into()),
     };
-    conditions.set(DEGRADED, true, degraded.0, degraded.1);
+
+    let ready_message = format!("{ready}/{wanted} replicas ready");
+    let (ready_ok, ready_reason, ready_text) = if let Some((why, message)) = &invalid {
+        (false, why.to_string(), message.clone())
+    } else if let Some(why) = members_problem {
+        (false, why.to_string(), format!("{members_message}; {members_detail}"))
+    } else if let Some(f) = &pod_problem {
+        (false, f.reason.clone(), format!("{ready_message}; {}", f.message))
+    } else if wanted == 0 {
+        (
+            false,
+            local::SCALED_TO_ZERO.to_string(),
+            "spec.replicas is 0".to_string(),
+        )
+    } else if observed.deployment.is_some() && ready >= wanted {
+        (true, reason::AVAILABLE.to_string(), ready_message)
+    } else {
+        (false, reason::ROLLING_OUT.to_string(), ready_message)
+    };
+    conditions.set(READY, ready_ok, &ready_reason, ready_text);
+    match &rollout {
+        Rollout::InProgress(message) if observed.deployment.is_none() => {
+            conditions.set(PROGRESSING, true, reasons::WAITING_FOR_MEMBERS, message.clone())
+        }
+        Rollout::InProgress(message) => conditions.set(PROGRESSING, true, reason::ROLLING_OUT, message.clone()),
+        Rollout::Stalled(message) => {
+            conditions.set(PROGRESSING, false, local::PROGRESS_DEADLINE_EXCEEDED, message.clone())
+        }
+        Rollout::Complete => conditions.set(
+            PROGRESSING,
+            false,
+            local::ROLLOUT_COMPLETE,
+            "every replica runs the latest spec",
+        ),
+    };
+    let degraded = match (&invalid, members_problem, &pod_problem, &rollout) {
+        (Some((why, message)), ..) => Some((why.to_string(), message.clone())),
+        (None, Some(reasons::MEMBER_MISSING), ..) => Some((reasons::MEMBER_MISSING.to_string(), missing.join("; "))),
+        (None, _, Some(f), _) => Some((f.reason.clone(), f.message.clone())),
+        (None, _, None, Rollout::Stalled(message)) => {
+            Some((local::PROGRESS_DEADLINE_EXCEEDED.to_string(), message.clone()))
+        }
+        _ => None,
+    };
+    match degraded {
+        Some((why, message)) => conditions.set(DEGRADED, true, &why, message),
+        None => conditions.set(DEGRADED, false, local::AS_EXPECTED, "no problem seen"),
+    };
 
     let conditions = conditions.into_vec();
-    let wanted = ensemble.spec.replicas.unwrap_or(1);
+    let addresses = address::of_model(&name, &namespace, &service::ports(ensemble), config);
     ModelEnsembleStatus {
         observed_generation: ensemble.metadata.generation,
-        replicas: 0,
-        ready_replicas: 0,
-        ready: Some(format!("0/{wanted}")),
+        replicas,
+        ready_replicas: ready,
+        ready: Some(format!("{ready}/{wanted}")),
         members: Some(format!("{ready_members}/{}", members.len())),
         reason: not_ready_reason(&conditions),
-        url: None,
-        address: None,
-        selector: previous.selector,
+        url: Some(addresses.url.clone()),
+        address: Some(Address { url: addresses.url }),
+        selector: labels::selector_string(ensemble),
         conditions,
+        endpoints: Some(addresses.service),
+        // Filled in by the controller, which has the HPA and the figures.
+        autoscaling: None,
     }
-}
-
-fn is_ready(model: &InferenceModel) -> bool {
-    model
-        .status
-        .as_ref()
-        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == READY && c.status == "True"))
 }
 
 /// "RollingOut (0/1 replicas ready)", from the member's Ready condition.
@@ -195,6 +291,7 @@ fn steps_phrase(steps: &[String]) -> String {
 mod tests {
     use std::collections::BTreeMap;
 
+    use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use k8s_openapi::jiff::Timestamp;
     use nereid_crds::{EnsembleStep, EnsembleTensor, InferenceModelSpec, InferenceModelStatus, ModelEnsembleSpec};
@@ -270,17 +367,42 @@ mod tests {
     fn members<'a>(e: &ModelEnsemble, models: &'a [InferenceModel]) -> Vec<Member<'a>> {
         member_names(e)
             .into_iter()
-            .map(|(name, steps)| Member {
-                model: models.iter().find(|m| m.name_any() == name),
-                name,
-                steps,
+            .map(|(name, steps)| {
+                let model = models.iter().find(|m| m.name_any() == name);
+                Member {
+                    config_known: model.is_some_and(is_ready),
+                    model,
+                    name,
+                    steps,
+                }
             })
             .collect()
+    }
+
+    fn deployment(wanted: i32, ready: i32) -> Deployment {
+        Deployment {
+            spec: DeploymentSpec {
+                replicas: Some(wanted),
+                ..DeploymentSpec::default()
+            },
+            status: Some(DeploymentStatus {
+                replicas: Some(wanted),
+                ready_replicas: Some(ready),
+                updated_replicas: Some(wanted),
+                available_replicas: Some(ready),
+                ..DeploymentStatus::default()
+            }),
+            ..Deployment::default()
+        }
     }
 
     fn state(s: &ModelEnsembleStatus, type_: &str) -> (String, String, String) {
         let c = s.conditions.iter().find(|c| c.type_ == type_).unwrap();
         (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    fn derive(e: &ModelEnsemble, observed: &Observed<'_>) -> ModelEnsembleStatus {
+        derive_status(e, observed, &OperatorConfig::default(), at(10))
     }
 
     #[test]
@@ -297,10 +419,19 @@ mod tests {
     }
 
     #[test]
-    fn a_valid_ensemble_with_ready_members_still_says_it_is_not_served() {
+    fn ready_members_and_ready_pods_make_a_ready_ensemble() {
         let e = pipeline();
         let models = [model("scale", true), model("mlp", true)];
-        let s = derive_status(&e, &members(&e, &models), at(10));
+        let members = members(&e, &models);
+        let d = deployment(1, 1);
+        let s = derive(
+            &e,
+            &Observed {
+                members: &members,
+                deployment: Some(&d),
+                ..Observed::default()
+            },
+        );
         assert_eq!(state(&s, VALID).0, "True");
         assert_eq!(
             state(&s, MEMBERS_READY),
@@ -310,48 +441,125 @@ mod tests {
                 "2/2 member InferenceModels are Ready".into()
             )
         );
-        assert_eq!(state(&s, READY).1, reasons::NOT_SERVED);
-        assert_eq!(state(&s, DEGRADED).1, reasons::NOT_SERVED);
+        assert_eq!(state(&s, READY).0, "True", "{:?}", state(&s, READY));
+        assert_eq!(state(&s, DEGRADED).0, "False");
         assert_eq!(s.members.as_deref(), Some("2/2"));
+        assert_eq!(s.ready.as_deref(), Some("1/1"));
+        assert_eq!(s.reason, None);
+        assert_eq!(
+            s.url.as_deref(),
+            Some("http://pipeline.ml.svc.cluster.local:8000/v2/models/pipeline/infer")
+        );
+        assert_eq!(
+            s.selector,
+            "app.kubernetes.io/name=nereid-server,serving.nereid.dev/model=pipeline"
+        );
+    }
+
+    #[test]
+    fn nothing_is_deployed_while_members_are_not_ready() {
+        let e = pipeline();
+        let models = [model("scale", true), model("mlp", false)];
+        let members = members(&e, &models);
+        let s = derive(
+            &e,
+            &Observed {
+                members: &members,
+                ..Observed::default()
+            },
+        );
+        assert_eq!(state(&s, READY).1, reasons::MEMBER_NOT_READY);
+        assert_eq!(state(&s, PROGRESSING).1, reasons::WAITING_FOR_MEMBERS);
+        assert_eq!(state(&s, DEGRADED).0, "False", "a member rolling out is no problem");
         assert_eq!(s.ready.as_deref(), Some("0/1"));
-        assert_eq!(s.reason.as_deref(), Some(reasons::NOT_SERVED));
-        assert_eq!(s.observed_generation, Some(2));
     }
 
     #[test]
     fn a_missing_member_is_named_with_its_steps() {
         let e = pipeline();
-        let models = [model("mlp", false)];
-        let s = derive_status(&e, &members(&e, &models), at(10));
+        let models = [model("mlp", true)];
+        let members = members(&e, &models);
+        let d = deployment(1, 1);
+        let s = derive(
+            &e,
+            &Observed {
+                members: &members,
+                deployment: Some(&d),
+                ..Observed::default()
+            },
+        );
         let (status, reason, message) = state(&s, MEMBERS_READY);
         assert_eq!((status.as_str(), reason.as_str()), ("False", reasons::MEMBER_MISSING));
         assert_eq!(
             message,
-            "0/2 member InferenceModels are Ready; InferenceModel 'scale' (steps 'pre', 'post') does not \
-             exist in namespace 'ml'; InferenceModel 'mlp' (step 'main') is not Ready: RollingOut (0/1 \
-             replicas ready)"
+            "1/2 member InferenceModels are Ready; InferenceModel 'scale' (steps 'pre', 'post') does not \
+             exist in namespace 'ml'"
+        );
+        assert_eq!(
+            state(&s, READY).1,
+            reasons::MEMBER_MISSING,
+            "the pods may run, the ensemble cannot answer"
         );
         assert_eq!(state(&s, DEGRADED).1, reasons::MEMBER_MISSING);
-        assert_eq!(s.members.as_deref(), Some("0/2"));
+        assert_eq!(s.reason.as_deref(), Some(reasons::MEMBER_MISSING));
     }
 
     #[test]
-    fn an_invalid_dag_is_the_reason() {
-        let e = ensemble(vec![step("a", "m", "X", "t"), step("b", "m", "missing", "Y")]);
+    fn an_invalid_dag_a_taken_name_and_mismatched_tensors_are_the_reason() {
+        let bad = ensemble(vec![step("a", "m", "X", "t"), step("b", "m", "missing", "Y")]);
         let models = [model("m", true)];
-        let s = derive_status(&e, &members(&e, &models), at(10));
+        let bad_members = members(&bad, &models);
+        let s = derive(
+            &bad,
+            &Observed {
+                members: &bad_members,
+                ..Observed::default()
+            },
+        );
         let (status, reason, message) = state(&s, VALID);
         assert_eq!((status.as_str(), reason.as_str()), ("False", reason::INVALID_SPEC));
         assert!(message.contains("step \"b\" reads tensor \"missing\""), "{message}");
         assert_eq!(s.reason.as_deref(), Some(reason::INVALID_SPEC));
+
+        let e = pipeline();
+        let models = [model("scale", true), model("mlp", true)];
+        let members = members(&e, &models);
+        let taken = derive(
+            &e,
+            &Observed {
+                members: &members,
+                name_taken: true,
+                ..Observed::default()
+            },
+        );
+        assert_eq!(state(&taken, VALID).1, reasons::NAME_TAKEN);
+        let problems =
+            ["step 'main' (InferenceModel 'mlp') maps input 'IN', which the model does not have".to_string()];
+        let mismatch = derive(
+            &e,
+            &Observed {
+                members: &members,
+                tensor_problems: &problems,
+                ..Observed::default()
+            },
+        );
+        assert_eq!(state(&mismatch, VALID).1, reasons::MEMBER_TENSOR_MISMATCH);
+        assert_eq!(state(&mismatch, DEGRADED).2, problems[0]);
     }
 
     #[test]
     fn an_unchanged_world_gives_an_equal_status() {
         let mut e = pipeline();
         let models = [model("scale", true), model("mlp", true)];
-        let first = derive_status(&e, &members(&e, &models), at(10));
+        let members = members(&e, &models);
+        let d = deployment(1, 1);
+        let observed = Observed {
+            members: &members,
+            deployment: Some(&d),
+            ..Observed::default()
+        };
+        let first = derive(&e, &observed);
         e.status = Some(first.clone());
-        assert_eq!(derive_status(&e, &members(&e, &models), at(20)), first);
+        assert_eq!(derive_status(&e, &observed, &OperatorConfig::default(), at(20)), first);
     }
 }

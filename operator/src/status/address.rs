@@ -65,6 +65,7 @@ mod tests {
         let config = OperatorConfig {
             gateway: Some(Gateway {
                 http: "http://gw.nereid.svc.cluster.local:8000/".into(),
+                grpc: "gw.nereid.svc.cluster.local:8001".into(),
                 namespaces: Some(vec!["ml".into()]),
             }),
             ..OperatorConfig::default()

@@ -3,9 +3,10 @@
 //! scale without reading the HPA's conditions.
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use nereid_crds::{AutoscalingStatus, InferenceModel};
+use nereid_crds::AutoscalingStatus;
 
 use crate::autoscaling::figures::Figures;
+use crate::builders::Served;
 
 /// The operator's own reasons.
 pub mod reason {
@@ -20,13 +21,13 @@ pub mod reason {
 /// `hpa` is the model's own HPA as applied (with its status), `foreign` the
 /// name of another autoscaler that targets the model's pods, `figures` the
 /// model's figures from the latest scrape round.
-pub fn autoscaling_status(
-    model: &InferenceModel,
+pub fn autoscaling_status<S: Served>(
+    model: &S,
     hpa: Option<&HorizontalPodAutoscaler>,
     foreign: Option<&str>,
     figures: Option<&Figures>,
 ) -> Option<AutoscalingStatus> {
-    let wanted = model.spec.autoscaling.as_ref()?;
+    let wanted = model.autoscaling()?;
     let mut status = AutoscalingStatus {
         metric: wanted.metric.external_name().to_string(),
         pods_scraped: figures.map(|f| f.scraped_pods as i32),
@@ -86,6 +87,7 @@ mod tests {
         MetricValueStatus,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use nereid_crds::InferenceModel;
     use nereid_crds::{Autoscaling, AutoscalingMetric};
 
     use super::*;

@@ -11,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use nereid_crds::conditions::reason;
 
-use crate::builders::deployment::{FETCH_CONTAINER, GPU_TAINT, SERVER_CONTAINER, SERVER_LOAD_FAILED_EXIT_CODE};
+use crate::builders::deployment::{
+    FETCH_CONTAINER, GPU_TAINT, SERVER_CONTAINER, SERVER_LOAD_FAILED_EXIT_CODE, WRITE_CONTAINER,
+};
 
 /// How long a started server may stay not-ready before that counts as a
 /// failed load: the readiness probe's period × failure threshold, and slack.
@@ -136,10 +138,12 @@ fn diagnose_pod(pod: &Pod, model: &str, gpu_resource: &str, now: &Time) -> Optio
     worst
 }
 
-/// The init container fetches the model: when it fails, the model cannot load.
+/// The init containers fetch the models (and write an ensemble's configs):
+/// when one fails, the model cannot load.
 fn init_container(container: &ContainerStatus) -> Option<(String, String)> {
     let (reason, message) = container_problem(container)?;
-    if container.name == FETCH_CONTAINER && reason != reason::IMAGE_PULL_BACK_OFF {
+    let fills_models = container.name == WRITE_CONTAINER || container.name.starts_with(FETCH_CONTAINER);
+    if fills_models && reason != reason::IMAGE_PULL_BACK_OFF {
         return Some((
             reason::LOAD_FAILED.to_string(),
             format!("fetching the model failed: {message}"),

@@ -11,7 +11,7 @@
 //!   then curl and tritonclient.http through the API server's proxy to the
 //!   model's Service) return an inference from a real pod. The port-forward
 //!   steps need a kubelet's streaming API, which the process nodes lack.
-//! - A ModelEnsemble shows its members and says it is not served yet.
+//! - A ModelEnsemble with a missing member shows its members and why.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -205,7 +205,7 @@ print("tritonclient.http answered through kubectl proxy")
 }
 
 /// An ensemble over `calm` and a model that does not exist: members 1/2,
-/// and Ready False saying it is not served.
+/// nothing deployed, and the missing member as the reason.
 async fn ensemble_table(env: &Env) -> Result<()> {
     let manifest = "apiVersion: serving.nereid.dev/v1alpha1\nkind: ModelEnsemble\nmetadata:\n  name: pair\nspec:\n  \
                     inputs:\n  - {name: \"in\", datatype: FP32, dims: [256]}\n  outputs:\n  - {name: \"out\", datatype: FP32, dims: [256]}\n  \
@@ -219,7 +219,7 @@ async fn ensemble_table(env: &Env) -> Result<()> {
     })
     .await?;
     ensure!(
-        row["Ready"] == "0/1" && row["Placement"] == "remote" && row["Reason"] == "NotServed",
+        row["Ready"] == "0/1" && row["Placement"] == "remote" && row["Reason"] == "MemberMissing",
         "{row:?}"
     );
     let ensemble = env

@@ -27,6 +27,7 @@ mod adapter_rules;
 mod autoscaling;
 mod chart;
 mod cluster;
+mod ensembles;
 mod env;
 mod examples;
 mod gateway;
@@ -94,6 +95,9 @@ const SCENARIOS: &[(&str, Run)] = &[
     }),
     ("gateway_routes_each_request_to_a_ready_pod_of_its_model", |env| {
         Box::pin(gateway::run(env))
+    }),
+    ("model_ensembles_in_both_placements_serve_after_their_members", |env| {
+        Box::pin(ensembles::run(env))
     }),
     ("kubectl_shows_readiness_reasons_urls_and_few_events", |env| {
         Box::pin(kubectl::run(env))
