@@ -7,6 +7,7 @@
 //! - their pods answer the DAG's arithmetic (the `remote` pod by calling
 //!   the members' pods through nereid-gateway, the `colocated` pod with the
 //!   members fetched into it), directly and through the gateway;
+//! - `kubectl scale` scales an ensemble's pods as a model's;
 //! - deleting a member makes both report it, by name and step.
 
 use std::net::IpAddr;
@@ -113,6 +114,18 @@ pub async fn run(env: &Env) -> Result<()> {
     check_arithmetic(&format!("http://{gateway}:8000"), "via-remote", 7)
         .await
         .context("the remote ensemble through the gateway")?;
+
+    // The scale subresource, as for a model: two ensemble pods.
+    env.kubectl(["scale", "modelensemble", "via-remote", "-n", NAMESPACE, "--replicas=2"])
+        .await?;
+    models::running_pods(env, NAMESPACE, "via-remote", 2).await?;
+    wait::until("via-remote 2/2 ready", LONG, || async {
+        let ensemble = get(env, "via-remote").await?;
+        let ready = ensemble.status.and_then(|s| s.ready);
+        ensure!(ready.as_deref() == Some("2/2"), "ready {ready:?}");
+        Ok(())
+    })
+    .await?;
 
     // A member goes away: both ensembles say which, with its step.
     env.kubectl(["delete", "inferencemodel", "echo", "-n", NAMESPACE, "--wait=false"])
