@@ -37,7 +37,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::runtime::controller::{Action, Config, Error as ControllerError};
@@ -46,6 +46,8 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Resource, ResourceExt};
 use nereid_crds::conditions::PROGRESSING;
 use nereid_crds::{InferenceModel, InferenceModelStatus};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
 use crate::builders::{self, AutoscalerObject, Served, deployment, labels, service};
@@ -103,7 +105,6 @@ pub(crate) fn retry_after<K: ResourceExt>(kind: &'static str, object: &K, error:
 async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Action, Error> {
     let namespace = model.namespace().ok_or(Error::MissingField("namespace"))?;
     let name = model.metadata.name.clone().ok_or(Error::MissingField("name"))?;
-    let models: Api<InferenceModel> = Api::namespaced(ctx.client.clone(), &namespace);
 
     // Being deleted: the garbage collector removes the owned objects; applying
     // them again would only hold up a foreground deletion.
@@ -114,7 +115,7 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
     // 1. Validate.
     if let Err(problems) = validate::validate(model) {
         let status = status::invalid_spec_status(model, &problems, now());
-        write_status(&models, model, status, ctx).await?;
+        write_status(ctx, model, model.status.as_ref(), &status, model_conditions).await?;
         return Err(Error::InvalidSpec(problems));
     }
 
@@ -157,7 +158,7 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
     let progressing = is_true(&status, PROGRESSING);
 
     // 6. Report.
-    write_status(&models, model, status, ctx).await?;
+    write_status(ctx, model, model.status.as_ref(), &status, model_conditions).await?;
     match missing {
         Some(Missing::Secret(secret)) => return Err(Error::MissingSecret(secret)),
         Some(Missing::Claim(claim)) => return Err(Error::MissingClaim(claim)),
@@ -278,26 +279,38 @@ async fn foreign_autoscaler<S: Served>(
     Ok(foreign.map(|hpa| hpa.name_any()))
 }
 
-/// Patches the status subresource when `status` differs from the model's,
-/// then publishes an Event per condition transition. Events are best effort:
-/// failing to publish one is logged, not retried.
-async fn write_status(
-    models: &Api<InferenceModel>,
-    model: &InferenceModel,
-    status: InferenceModelStatus,
+/// Patches `object`'s status subresource when `status` differs from the
+/// one it has (`current`), then publishes an Event per transition of its
+/// `conditions`. Events are best effort: failing to publish one is logged,
+/// not retried.
+pub(crate) async fn write_status<K, S>(
     ctx: &Context,
-) -> Result<(), Error> {
-    if model.status.as_ref() == Some(&status) {
+    object: &K,
+    current: Option<&S>,
+    status: &S,
+    conditions: fn(&S) -> &[Condition],
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned,
+    S: PartialEq + Serialize,
+{
+    if current == Some(status) {
         return Ok(());
     }
-    apply::patch_status(models, &model.name_any(), &status, &ctx.config.field_manager).await?;
-    let previous = model
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    events::publish(&ctx.recorder, &model.object_ref(&()), previous, &status.conditions).await;
+    let namespace = object.namespace().ok_or(Error::MissingField("namespace"))?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    apply::patch_status(&api, &object.name_any(), status, &ctx.config.field_manager).await?;
+    let previous = current.map(conditions).unwrap_or_default();
+    events::publish(&ctx.recorder, &object.object_ref(&()), previous, conditions(status)).await;
     Ok(())
+}
+
+/// The conditions of a model's status, for [`write_status`].
+fn model_conditions(status: &InferenceModelStatus) -> &[Condition] {
+    &status.conditions
 }
 
 fn is_true(status: &InferenceModelStatus, type_: &str) -> bool {

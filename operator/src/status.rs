@@ -147,18 +147,7 @@ pub fn derive_status(
         (None, 0) => conditions.set(MODEL_LOADED, false, local::LOADING, "no pod has the model loaded yet"),
         (None, n) => conditions.set(MODEL_LOADED, true, local::LOADED, format!("loaded on {n} ready pods")),
     };
-    match &rollout {
-        Rollout::InProgress(message) => conditions.set(PROGRESSING, true, reason::ROLLING_OUT, message.clone()),
-        Rollout::Stalled(message) => {
-            conditions.set(PROGRESSING, false, local::PROGRESS_DEADLINE_EXCEEDED, message.clone())
-        }
-        Rollout::Complete => conditions.set(
-            PROGRESSING,
-            false,
-            local::ROLLOUT_COMPLETE,
-            "every replica runs the latest spec",
-        ),
-    };
+    set_progressing(&mut conditions, &rollout);
     match (&worst, &rollout) {
         (Some(f), _) => conditions.set(DEGRADED, true, &f.reason, f.message.clone()),
         (None, Rollout::Stalled(message)) => {
@@ -232,6 +221,22 @@ pub fn invalid_spec_status(model: &InferenceModel, problems: &[String], now: Tim
         )),
         ..previous
     }
+}
+
+/// Progressing, as the rollout stands.
+pub fn set_progressing(conditions: &mut Conditions<'_>, rollout: &Rollout) {
+    match rollout {
+        Rollout::InProgress(message) => conditions.set(PROGRESSING, true, reason::ROLLING_OUT, message.clone()),
+        Rollout::Stalled(message) => {
+            conditions.set(PROGRESSING, false, local::PROGRESS_DEADLINE_EXCEEDED, message.clone())
+        }
+        Rollout::Complete => conditions.set(
+            PROGRESSING,
+            false,
+            local::ROLLOUT_COMPLETE,
+            "every replica runs the latest spec",
+        ),
+    };
 }
 
 /// Where the rollout of `deployment` (wanting `wanted` replicas) stands.

@@ -33,20 +33,25 @@ pub fn versions_of(metadata: &serde_json::Value) -> Option<Vec<String>> {
 
 /// Asks a ready pod for the model's ready versions.
 pub async fn query(pods: &[Pod], model: &str, http_port: i32) -> Option<Vec<String>> {
+    versions_of(&ask_a_ready_pod(pods, &format!("/v2/models/{model}"), http_port).await?)
+}
+
+/// GETs `path` from one ready pod's HTTP port: its JSON answer, or `None`
+/// when no pod is ready or none answers with JSON in time.
+pub async fn ask_a_ready_pod(pods: &[Pod], path: &str, http_port: i32) -> Option<serde_json::Value> {
     let ip = ready_pod_ip(pods)?;
     let host = if ip.contains(':') {
         format!("[{ip}]")
     } else {
         ip.to_string()
     };
-    let url = format!("http://{host}:{http_port}/v2/models/{model}");
+    let url = format!("http://{host}:{http_port}{path}");
     let client = reqwest::Client::builder().timeout(TIMEOUT).build().ok()?;
     let response = client.get(&url).send().await.ok()?;
     if !response.status().is_success() {
         return None;
     }
-    let metadata: serde_json::Value = response.json().await.ok()?;
-    versions_of(&metadata)
+    response.json().await.ok()
 }
 
 #[cfg(test)]

@@ -27,11 +27,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::ListParams;
 use kube::runtime::controller::{Action, Config};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use nereid_crds::conditions::PROGRESSING;
 use nereid_crds::{InferenceModel, ModelEnsemble, ModelEnsembleStatus};
 
@@ -42,8 +43,8 @@ use super::{objects, tensors};
 use crate::builders::{labels, service};
 use crate::context::Context;
 use crate::controller::{
-    PROGRESSING_REQUEUE, SETTLED_REQUEUE, apply, events, leave_to_a_foreign_autoscaler, log_outcome, measured, now,
-    retry_after, scoped,
+    PROGRESSING_REQUEUE, SETTLED_REQUEUE, apply, leave_to_a_foreign_autoscaler, log_outcome, measured, now,
+    retry_after, scoped, write_status,
 };
 use crate::error::Error;
 use crate::status::autoscaling::autoscaling_status;
@@ -164,7 +165,7 @@ async fn reconcile_stages(ensemble: &ModelEnsemble, ctx: &Context) -> Result<Act
         .conditions
         .iter()
         .all(|c| c.type_ != PROGRESSING && (c.type_ != nereid_crds::conditions::MEMBERS_READY || c.status == "True"));
-    write_status(ensemble, status, ctx).await?;
+    write_status(ctx, ensemble, ensemble.status.as_ref(), &status, ensemble_conditions).await?;
     Ok(Action::requeue(if settled {
         SETTLED_REQUEUE
     } else {
@@ -192,21 +193,9 @@ async fn owned_deployment_and_hpa(
     Ok((deployment, hpa))
 }
 
-/// Patches the status when it changed, then publishes its transitions.
-async fn write_status(ensemble: &ModelEnsemble, status: ModelEnsembleStatus, ctx: &Context) -> Result<(), Error> {
-    if ensemble.status.as_ref() == Some(&status) {
-        return Ok(());
-    }
-    let namespace = ensemble.namespace().ok_or(Error::MissingField("namespace"))?;
-    let api: Api<ModelEnsemble> = Api::namespaced(ctx.client.clone(), &namespace);
-    apply::patch_status(&api, &ensemble.name_any(), &status, &ctx.config.field_manager).await?;
-    let previous = ensemble
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    events::publish(&ctx.recorder, &ensemble.object_ref(&()), previous, &status.conditions).await;
-    Ok(())
+/// The conditions of an ensemble's status, for [`write_status`].
+fn ensemble_conditions(status: &ModelEnsembleStatus) -> &[Condition] {
+    &status.conditions
 }
 
 /// Runs the controller over `namespace` (or all) until `stop` resolves.

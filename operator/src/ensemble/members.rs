@@ -4,15 +4,10 @@
 //! does). The ensemble's DAG is checked against these configs, and with
 //! placement `remote` they become the ensemble pod's remote models.
 
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::controller::loaded_versions::ready_pod_ip;
-
-/// How long one config call may take.
-const TIMEOUT: Duration = Duration::from_secs(2);
+use crate::controller::loaded_versions::ask_a_ready_pod;
 
 /// A member's tensors and batching, as its server reports them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,19 +67,7 @@ pub fn parse(config: &Value) -> Option<MemberConfig> {
 /// Asks a ready pod of the member `model` (serving HTTP on `http_port`) for
 /// its config; `None` when no pod is ready or none answers in time.
 pub async fn query(pods: &[Pod], model: &str, http_port: i32) -> Option<MemberConfig> {
-    let ip = ready_pod_ip(pods)?;
-    let host = if ip.contains(':') {
-        format!("[{ip}]")
-    } else {
-        ip.to_string()
-    };
-    let url = format!("http://{host}:{http_port}/v2/models/{model}/config");
-    let client = reqwest::Client::builder().timeout(TIMEOUT).build().ok()?;
-    let response = client.get(&url).send().await.ok()?;
-    if !response.status().is_success() {
-        return None;
-    }
-    parse(&response.json::<Value>().await.ok()?)
+    parse(&ask_a_ready_pod(pods, &format!("/v2/models/{model}/config"), http_port).await?)
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use nereid_crds::{Address, InferenceModel, ModelEnsemble, ModelEnsembleStatus};
 use crate::builders::{deployment, labels, service};
 use crate::context::OperatorConfig;
 use crate::status::conditions::{Conditions, reason as local};
-use crate::status::{Rollout, address, not_ready_reason, pods, rollout};
+use crate::status::{Rollout, address, not_ready_reason, pods, rollout, set_progressing};
 
 /// Reasons of the ensemble's conditions.
 pub mod reasons {
@@ -220,19 +220,10 @@ pub fn derive_status(
     conditions.set(READY, ready_ok, &ready_reason, ready_text);
     match &rollout {
         Rollout::InProgress(message) if observed.deployment.is_none() => {
-            conditions.set(PROGRESSING, true, reasons::WAITING_FOR_MEMBERS, message.clone())
+            conditions.set(PROGRESSING, true, reasons::WAITING_FOR_MEMBERS, message.clone());
         }
-        Rollout::InProgress(message) => conditions.set(PROGRESSING, true, reason::ROLLING_OUT, message.clone()),
-        Rollout::Stalled(message) => {
-            conditions.set(PROGRESSING, false, local::PROGRESS_DEADLINE_EXCEEDED, message.clone())
-        }
-        Rollout::Complete => conditions.set(
-            PROGRESSING,
-            false,
-            local::ROLLOUT_COMPLETE,
-            "every replica runs the latest spec",
-        ),
-    };
+        _ => set_progressing(&mut conditions, &rollout),
+    }
     let degraded = match (&invalid, members_problem, &pod_problem, &rollout) {
         (Some((why, message)), ..) => Some((why.to_string(), message.clone())),
         (None, Some(reasons::MEMBER_MISSING), ..) => Some((reasons::MEMBER_MISSING.to_string(), missing.join("; "))),
