@@ -302,6 +302,22 @@ def test_error_raw_content_count_mismatch(raw_stub, grpc_client):
     _assert_simple_ok(grpc_client)
 
 
+def test_error_mixing_typed_contents_with_raw_contents_in_tritons_words(raw_stub, grpc_client):
+    a, b = simple_inputs(1)
+    req = service_pb2.ModelInferRequest(model_name="simple")
+    req.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])
+    typed = req.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16])
+    typed.contents.int_contents.extend(b.flatten().tolist())
+    req.raw_input_contents.append(a.tobytes())  # one raw buffer, one typed input
+    with pytest.raises(grpc.RpcError) as exc:
+        raw_stub.ModelInfer(req, timeout=T)
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert exc.value.details() == (
+        "contents field must not be specified when using raw_input_contents for 'INPUT1' for model 'simple'"
+    )
+    _assert_simple_ok(grpc_client)
+
+
 def test_error_truncated_bytes_element(raw_stub, grpc_client):
     req = service_pb2.ModelInferRequest(model_name="identity_bytes")
     req.inputs.add(name="INPUT0", datatype="BYTES", shape=[1, 2])

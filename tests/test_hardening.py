@@ -441,13 +441,14 @@ def _load_error_any(server: NereidServer, config: str) -> str:
 
 
 def test_shared_memory_over_http_answers_in_tritons_error_shape(server):
-    for method, path in [
-        ("get", "/v2/systemsharedmemory/status"),
-        ("post", "/v2/systemsharedmemory/region/r/register"),
-        ("get", "/v2/cudasharedmemory/status"),
-    ]:
-        resp = getattr(helpers, f"http_{method}")(server, path)
-        helpers.assert_http_error(resp, 501, contains=["shared memory", "not supported"])
+    # A register without a key, a region that was never registered, and the
+    # CUDA extension this server lacks: each Triton's error JSON.
+    resp = helpers.http_post(server, "/v2/systemsharedmemory/region/r/register")
+    helpers.assert_http_error(resp, 400, contains=["'key' must be a string"])
+    resp = helpers.http_get(server, "/v2/systemsharedmemory/region/never/status")
+    helpers.assert_http_error(resp, 400, contains=["Unable to find system shared memory region: 'never'"])
+    resp = helpers.http_get(server, "/v2/cudasharedmemory/status")
+    helpers.assert_http_error(resp, 501, contains=["CUDA shared memory", "not supported"])
 
 
 def test_no_environment_variable_leaks_into_any_error(explicit_server):

@@ -143,6 +143,16 @@ def test_explicit_load_with_config_override(explicit_server, explicit_http_clien
         client.unload_model("simple")
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_invalid_config_override_is_refused_in_tritons_words(explicit_http_client, explicit_grpc_client, protocol):
+    client = explicit_http_client if protocol == "http" else explicit_grpc_client
+    with pytest.raises(InferenceServerException) as failure:
+        client.load_model("simple", config='{"max_batch_size": "many"')
+    message = str(failure.value)
+    assert "failed to load 'simple', Invalid config override:" in message, message
+    assert client.is_model_ready("identity") is True
+
+
 def test_explicit_load_unload_grpc(explicit_server, explicit_grpc_client):
     client = explicit_grpc_client
     client.load_model("identity_fp16", client_timeout=TIMEOUT)

@@ -28,11 +28,9 @@ use tonic::{Request, Response, Status, Streaming};
 use self::budget::{BudgetLayer, take_reservation};
 use self::restricted::RestrictLayer;
 use self::status::to_status;
-use crate::error::Error;
 use crate::in_flight::{InFlight, InFlightLayer};
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
-use crate::model_config::json as config_json;
 use crate::request;
 use crate::restricted_api::RestrictedApis;
 use crate::server::InferenceServer;
@@ -272,9 +270,7 @@ impl GrpcInferenceService for InferenceService {
         for (key, value) in &r.parameters {
             match (key.as_str(), value.parameter_choice.as_ref()) {
                 ("config", Some(RepositoryParameter::StringParam(text))) => {
-                    let parsed = config_json::from_json(text)
-                        .map_err(|e| to_status(Error::invalid(format!("Invalid config override: {}", e.message()))))?;
-                    config = Some(parsed);
+                    config = Some(self.server.config_override(&r.model_name, text).map_err(to_status)?);
                 }
                 ("config", _) => {
                     return Err(Status::invalid_argument(
@@ -306,23 +302,53 @@ impl GrpcInferenceService for InferenceService {
 
     async fn system_shared_memory_status(
         &self,
-        _: Request<SystemSharedMemoryStatusRequest>,
+        request: Request<SystemSharedMemoryStatusRequest>,
     ) -> GrpcResult<SystemSharedMemoryStatusResponse> {
-        unimplemented("system shared memory")
+        let name = request.into_inner().name;
+        let regions = self
+            .server
+            .shared_memory()
+            .status((!name.is_empty()).then_some(name.as_str()))
+            .map_err(to_status)?;
+        let regions = regions
+            .into_iter()
+            .map(|r| {
+                let status = system_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    key: r.key,
+                    offset: r.offset as u64,
+                    byte_size: r.byte_size as u64,
+                };
+                (r.name, status)
+            })
+            .collect();
+        Ok(Response::new(SystemSharedMemoryStatusResponse { regions }))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<SystemSharedMemoryRegisterResponse> {
-        unimplemented("system shared memory")
+        let r = request.into_inner();
+        let size =
+            |v: u64| usize::try_from(v).map_err(|_| Status::invalid_argument("offset or byte_size is too large"));
+        self.server
+            .shared_memory()
+            .register(&r.name, &r.key, size(r.offset)?, size(r.byte_size)?)
+            .map_err(to_status)?;
+        Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
 
+    /// An empty name unregisters every region.
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<SystemSharedMemoryUnregisterResponse> {
-        unimplemented("system shared memory")
+        let name = request.into_inner().name;
+        self.server
+            .shared_memory()
+            .unregister((!name.is_empty()).then_some(name.as_str()));
+        Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
     async fn cuda_shared_memory_status(

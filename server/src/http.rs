@@ -7,6 +7,7 @@
 //! (this file)     the router by API group (restricted groups checked here), health, metadata, stats
 //! infer           the infer endpoint          infer_codec, json_tensor, request_json: its wire formats
 //! repository      index, load, unload         settings: logging and trace settings
+//! shared_memory   system shared memory regions: register, status, unregister
 //! body            reading a body within its limits   compression: gzip and deflate
 //! serve           the accept loop's connections into hyper   error: errors as responses
 //! ```
@@ -21,6 +22,7 @@ mod repository;
 pub mod request_json;
 pub mod serve;
 mod settings;
+mod shared_memory;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,7 +37,6 @@ use serde_json::{Value, json};
 
 use self::body::BodyLimits;
 use self::error::{HttpError, with_status};
-use crate::error::Error;
 use crate::in_flight::{InFlight, InFlightLayer};
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
@@ -144,16 +145,31 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc
         .merge(group(
             ApiGroup::SharedMemory,
             Router::new()
-                .route("/v2/systemsharedmemory/status", get(shared_memory))
-                .route("/v2/systemsharedmemory/region/{region}/status", get(shared_memory))
-                .route("/v2/systemsharedmemory/region/{region}/register", post(shared_memory))
-                .route("/v2/systemsharedmemory/unregister", post(shared_memory))
-                .route("/v2/systemsharedmemory/region/{region}/unregister", post(shared_memory))
-                .route("/v2/cudasharedmemory/status", get(shared_memory))
-                .route("/v2/cudasharedmemory/region/{region}/status", get(shared_memory))
-                .route("/v2/cudasharedmemory/region/{region}/register", post(shared_memory))
-                .route("/v2/cudasharedmemory/unregister", post(shared_memory))
-                .route("/v2/cudasharedmemory/region/{region}/unregister", post(shared_memory)),
+                .route("/v2/systemsharedmemory/status", get(shared_memory::status))
+                .route(
+                    "/v2/systemsharedmemory/region/{region}/status",
+                    get(shared_memory::status),
+                )
+                .route(
+                    "/v2/systemsharedmemory/region/{region}/register",
+                    post(shared_memory::register),
+                )
+                .route("/v2/systemsharedmemory/unregister", post(shared_memory::unregister))
+                .route(
+                    "/v2/systemsharedmemory/region/{region}/unregister",
+                    post(shared_memory::unregister),
+                )
+                .route("/v2/cudasharedmemory/status", get(shared_memory::cuda))
+                .route("/v2/cudasharedmemory/region/{region}/status", get(shared_memory::cuda))
+                .route(
+                    "/v2/cudasharedmemory/region/{region}/register",
+                    post(shared_memory::cuda),
+                )
+                .route("/v2/cudasharedmemory/unregister", post(shared_memory::cuda))
+                .route(
+                    "/v2/cudasharedmemory/region/{region}/unregister",
+                    post(shared_memory::cuda),
+                ),
         ))
         .fallback(|| async { with_status(StatusCode::NOT_FOUND, "Not Found") })
         // Outermost, so a request counts until its response is fully sent.
@@ -269,10 +285,4 @@ fn statistics_json(v: &VersionStatistics) -> Value {
         })).collect::<Vec<_>>(),
         "memory_usage": [],
     })
-}
-
-/// The shared-memory extension's routes: Triton's error shape, plainly
-/// saying the extension is not there (rather than a bare 404).
-async fn shared_memory() -> HandlerResult {
-    Err(Error::unsupported("shared memory (system and CUDA) is not supported by this server").into())
 }

@@ -35,11 +35,13 @@
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
+//! shared_memory                   Triton's system shared memory regions (the mapped memory)
 //! in_flight                       counts requests so shutdown drains exactly them
 //! memory_budget                   the global cap on request bytes held at once
 //! ```
 //!
-//! `allocator` holds the server's one `unsafe` call (glibc's mallopt).
+//! `allocator` (glibc's mallopt) and `shared_memory::mapping` (mmap of the
+//! clients' regions) hold the server's only `unsafe` code.
 //!
 //! `main.rs` wires it: flags into options, the front ends onto their
 //! listeners, and the shutdown sequence.
@@ -69,6 +71,7 @@ pub mod response;
 pub mod restricted_api;
 pub mod scheduler;
 pub mod server;
+pub mod shared_memory;
 pub mod statistics;
 pub mod tensor;
 pub mod trace;

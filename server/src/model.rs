@@ -179,6 +179,7 @@ impl Model {
             outputs,
             parameters: Default::default(),
             queue_depth: self.statistics.queue_depth(),
+            output_parameters: Default::default(),
         })
     }
 

@@ -38,3 +38,16 @@ impl Parameter {
 }
 
 pub type Parameters = BTreeMap<String, Parameter>;
+
+/// As the JSON value it is (KServe v2's `parameters` objects).
+impl serde::Serialize for Parameter {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Parameter::Bool(b) => serializer.serialize_bool(*b),
+            Parameter::Int(i) => serializer.serialize_i64(*i),
+            Parameter::Uint(u) => serializer.serialize_u64(*u),
+            Parameter::Double(d) => serializer.serialize_f64(*d),
+            Parameter::String(s) => serializer.serialize_str(s),
+        }
+    }
+}

@@ -1,9 +1,11 @@
 //! The protocol-free inference request every front end produces.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::memory_budget::Reservation;
 use crate::parameter::Parameters;
+use crate::shared_memory::TensorRegion;
 use crate::tensor::Tensor;
 use crate::trace::RequestTrace;
 
@@ -30,6 +32,9 @@ pub struct InferRequest {
     pub trace_parent: Vec<(String, String)>,
     /// Set by the server when this request is sampled for tracing.
     pub trace: Option<Arc<RequestTrace>>,
+    /// Inputs whose data is in a system shared memory region (by input
+    /// name): the front end leaves their data empty and the server reads it.
+    pub shared_memory_inputs: BTreeMap<String, TensorRegion>,
 }
 
 /// The W3C trace context headers a front end passes on.
@@ -51,13 +56,15 @@ pub struct RequestedOutput {
     /// Triton's classification extension: return the top `k` classes as
     /// BYTES `"value:index[:label]"` instead of the raw tensor.
     pub classification: Option<usize>,
+    /// Where to write it instead of the answer: a system shared memory region.
+    pub shared_memory: Option<TensorRegion>,
 }
 
 impl RequestedOutput {
     pub fn named(name: impl Into<String>) -> Self {
         RequestedOutput {
             name: name.into(),
-            classification: None,
+            ..RequestedOutput::default()
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The protocol-free inference response the core returns.
 
+use std::collections::BTreeMap;
+
 use crate::parameter::Parameters;
+use crate::shared_memory;
 use crate::tensor::Tensor;
 
 #[derive(Debug, Default)]
@@ -15,4 +18,17 @@ pub struct InferResponse {
     /// answered (`None` when metrics are off), for the
     /// [`nereid_proto::QUEUE_DEPTH_HEADER`] a router balances on.
     pub queue_depth: Option<u32>,
+    /// Parameters of single outputs (by name): those written into shared
+    /// memory say where, and their tensor's data is empty.
+    pub output_parameters: BTreeMap<String, Parameters>,
+}
+
+impl InferResponse {
+    /// Whether the output `name` was written into shared memory (the
+    /// answer then carries its parameters, not its data).
+    pub fn in_shared_memory(&self, name: &str) -> bool {
+        self.output_parameters
+            .get(name)
+            .is_some_and(|p| p.contains_key(shared_memory::REGION))
+    }
 }

@@ -17,6 +17,7 @@ use crate::model_repository_manager::{IndexEntry, ModelRepositoryManager};
 use crate::parameter::Parameter;
 use crate::request::InferRequest;
 use crate::response::InferResponse;
+use crate::shared_memory::{SharedMemory, TensorRegion};
 use crate::statistics::StatsSnapshot;
 use crate::trace::Traces;
 use crate::trace::settings::{Change as TraceChange, Effective as TraceEffective};
@@ -28,6 +29,7 @@ pub const EXTENSIONS: &[&str] = &[
     "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
+    "system_shared_memory",
     "parameters",
     "statistics",
     "trace",
@@ -75,6 +77,7 @@ pub struct InferenceServer {
     ready: AtomicBool,
     log: Arc<LogControl>,
     traces: Arc<Traces>,
+    shared_memory: SharedMemory,
 }
 
 impl InferenceServer {
@@ -85,6 +88,7 @@ impl InferenceServer {
             ready: AtomicBool::new(false),
             log,
             traces,
+            shared_memory: SharedMemory::default(),
         })
     }
 
@@ -216,15 +220,64 @@ impl InferenceServer {
             return Err(Error::new(ErrorKind::NotServing, "Server not ready"));
         }
         let model = self.manager.get(&request.model_name, request.model_version)?;
+        self.read_shared_memory_inputs(&mut request)?;
+        let output_regions: Vec<(String, TensorRegion)> = request
+            .outputs
+            .iter()
+            .filter_map(|o| Some((o.name.clone(), o.shared_memory.clone()?)))
+            .collect();
         request.trace = self
             .traces
             .start_request(model.name(), model.version(), &request.id, &request.trace_parent);
         let trace = request.trace.clone();
-        let result = model.infer(request).await;
+        let result = model
+            .infer(request)
+            .await
+            .and_then(|response| self.write_shared_memory_outputs(response, &output_regions));
         if let Some(trace) = trace {
             trace.finish(result.as_ref().err());
         }
         result
+    }
+
+    /// Fills the inputs that are in shared memory, each within the
+    /// request's share of the memory budget.
+    fn read_shared_memory_inputs(&self, request: &mut InferRequest) -> Result<()> {
+        for (name, place) in std::mem::take(&mut request.shared_memory_inputs) {
+            let tensor = request
+                .inputs
+                .iter_mut()
+                .find(|t| t.name == name)
+                .ok_or_else(|| Error::internal(format!("no input '{name}' for its shared memory region")))?;
+            request.reservation.grow(place.byte_size)?;
+            tensor.data = self.shared_memory.read(&place)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the outputs asked for in shared memory there; the answer
+    /// keeps their metadata and says where they are.
+    fn write_shared_memory_outputs(
+        &self,
+        mut response: InferResponse,
+        regions: &[(String, TensorRegion)],
+    ) -> Result<InferResponse> {
+        for (name, place) in regions {
+            let Some(tensor) = response.outputs.iter_mut().find(|t| &t.name == name) else {
+                continue;
+            };
+            self.shared_memory.write(place, name, &tensor.data)?;
+            let written = std::mem::take(&mut tensor.data).len();
+            response
+                .output_parameters
+                .insert(name.clone(), place.parameters(written));
+        }
+        Ok(response)
+    }
+
+    /// The system shared memory regions.
+    pub fn shared_memory(&self) -> &SharedMemory {
+        &self.shared_memory
     }
 
     /// Statistics of the ready versions of one model (`name` given) or of
@@ -257,6 +310,17 @@ impl InferenceServer {
 
     pub async fn repository_index(&self, ready_only: bool) -> Result<Vec<IndexEntry>> {
         self.manager.index(ready_only).await
+    }
+
+    /// A load's JSON config override (the repository API's `config`
+    /// parameter), refused in Triton's words when it does not parse.
+    pub fn config_override(&self, name: &str, json: &str) -> Result<ModelConfig> {
+        crate::model_config::json::from_json(json).map_err(|e| {
+            Error::invalid(format!(
+                "failed to load '{name}', Invalid config override: {}",
+                e.message()
+            ))
+        })
     }
 
     pub async fn load_model(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {

@@ -6,7 +6,7 @@
 //! `raw_output_contents`, as Triton sends them. The same messages the other
 //! way round serve a remote model's calls to another server.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use nereid_proto::inference::{
@@ -21,6 +21,7 @@ use crate::parameter::{Parameter, Parameters};
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
 use crate::server::{VersionStatistics, parse_version};
+use crate::shared_memory::TensorRegion;
 use crate::statistics::StatDuration;
 use crate::tensor::{Tensor, push_bytes_element};
 
@@ -28,15 +29,42 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
     let model = message.model_name;
     let mut raw = message.raw_input_contents.into_iter();
     let use_raw = raw.len() > 0;
-    if use_raw && raw.len() != message.inputs.len() {
+    // Inputs in shared memory carry no data of their own.
+    let mut shared_memory_inputs = BTreeMap::new();
+    for input in &message.inputs {
+        if let Some(region) = TensorRegion::from_parameters(&input.name, &parameters(&input.parameters))? {
+            shared_memory_inputs.insert(input.name.clone(), region);
+        }
+    }
+    let with_data = message.inputs.len() - shared_memory_inputs.len();
+    // Triton's words for mixing the two ways of sending data, before any
+    // count could mismatch because of it.
+    if use_raw && let Some(mixed) = message.inputs.iter().find(|i| i.contents.is_some()) {
         return Err(Error::invalid(format!(
-            "expected {} raw_input_contents (one per input) for model '{model}', got {}",
-            message.inputs.len(),
+            "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
+            mixed.name
+        )));
+    }
+    if use_raw && raw.len() != with_data {
+        return Err(Error::invalid(format!(
+            "expected {with_data} raw_input_contents (one per input not in shared memory) for model '{model}', got {}",
             raw.len()
         )));
     }
     let mut inputs = Vec::with_capacity(message.inputs.len());
     for input in message.inputs {
+        if shared_memory_inputs.contains_key(&input.name) {
+            if input.contents.is_some() {
+                return Err(Error::invalid(format!(
+                    "input '{}' for model '{model}' sets contents and a shared memory region",
+                    input.name
+                )));
+            }
+            let datatype = DataType::from_wire(&input.datatype)
+                .ok_or_else(|| Error::invalid(format!("invalid datatype for input {}", input.name)))?;
+            inputs.push(Tensor::new(input.name, datatype, input.shape, Bytes::new()));
+            continue;
+        }
         let datatype = DataType::from_wire(&input.datatype)
             .ok_or_else(|| Error::invalid(format!("invalid datatype for input {}", input.name)))?;
         if input.shape.iter().any(|d| *d < 0) {
@@ -46,13 +74,8 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
             )));
         }
         let data = match (use_raw, input.contents) {
-            (true, Some(_)) => {
-                return Err(Error::invalid(format!(
-                    "contents field must not be specified when using raw_input_contents for '{}' for model '{model}'",
-                    input.name
-                )));
-            }
-            (true, None) => raw.next().expect("raw count was checked"),
+            // Mixing was refused above.
+            (true, _) => raw.next().expect("raw count was checked"),
             (false, Some(contents)) => from_contents(&input.name, &model, datatype, contents)?,
             (false, None) => {
                 return Err(Error::invalid(format!(
@@ -78,9 +101,11 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
                 ));
             }
         };
+        let shared_memory = TensorRegion::from_parameters(&output.name, &parameters(&output.parameters))?;
         outputs.push(RequestedOutput {
             name: output.name,
             classification,
+            shared_memory,
         });
     }
     Ok(InferRequest {
@@ -90,6 +115,7 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
         inputs,
         outputs,
         parameters: parameters(&message.parameters),
+        shared_memory_inputs,
         ..Default::default()
     })
 }
@@ -262,10 +288,18 @@ pub fn response(response: InferResponse) -> ModelInferResponse {
     let mut outputs = Vec::with_capacity(response.outputs.len());
     let mut raw = Vec::with_capacity(response.outputs.len());
     for tensor in response.outputs {
+        // An output written into shared memory says where, and its raw
+        // entry stays (empty) so that the others keep their positions.
+        let parameters = response
+            .output_parameters
+            .get(&tensor.name)
+            .map(wire_parameters)
+            .unwrap_or_default();
         outputs.push(InferOutputTensor {
             name: tensor.name,
             datatype: tensor.datatype.as_wire().to_string(),
             shape: tensor.shape,
+            parameters,
             ..Default::default()
         });
         raw.push(tensor.data);

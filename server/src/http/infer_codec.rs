@@ -6,7 +6,7 @@
 //! carry `binary_data_size`, in order. Binary inputs are zero-copy slices of
 //! the body.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
@@ -16,9 +16,10 @@ use super::request_json::RequestJson;
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::memory_budget::Reservation;
-use crate::parameter::Parameter;
+use crate::parameter::{Parameter, Parameters};
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
+use crate::shared_memory::TensorRegion;
 use crate::tensor::{Tensor, element_count};
 
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -81,6 +82,7 @@ pub fn decode(
     };
 
     let mut inputs = Vec::with_capacity(parsed.inputs.0.len());
+    let mut shared_memory_inputs = BTreeMap::new();
     for input in parsed.inputs.0 {
         let datatype = DataType::from_wire(&input.datatype)
             .ok_or_else(|| Error::invalid(format!("invalid datatype for input {}", input.name)))?;
@@ -100,6 +102,19 @@ pub fn decode(
                 "invalid shape {shape:?} for input '{}': dimensions must be non-negative",
                 input.name
             )));
+        }
+        let region = TensorRegion::from_parameters(&input.name, &input_parameters)?;
+        if let Some(region) = region {
+            if binary_size.is_some() || input.data.is_some() {
+                return Err(Error::invalid(format!(
+                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set 'shared_memory_region' and another for input '{}'",
+                    input.name
+                )));
+            }
+            // The server reads the data from the region.
+            shared_memory_inputs.insert(input.name.clone(), region);
+            inputs.push(Tensor::new(input.name, datatype, shape, Bytes::new()));
+            continue;
         }
         let data = match (binary_size, input.data) {
             (Some(_), Some(_)) => {
@@ -162,9 +177,11 @@ pub fn decode(
                     })?,
             ),
         };
+        let shared_memory = TensorRegion::from_parameters(&output.name, &output_parameters)?;
         outputs.push(RequestedOutput {
             name: output.name,
             classification,
+            shared_memory,
         });
     }
 
@@ -177,6 +194,7 @@ pub fn decode(
             outputs,
             parameters: request_parameters,
             reservation,
+            shared_memory_inputs,
             ..Default::default()
         },
         binary_outputs,
@@ -209,14 +227,17 @@ struct OutputJson<'a> {
     datatype: &'static str,
     shape: &'a [i64],
     #[serde(skip_serializing_if = "Option::is_none")]
-    parameters: Option<BinaryParameters>,
+    parameters: Option<OutputParameters<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     data: Option<json_tensor::Data<'a>>,
 }
 
+/// An output's parameters: its binary size, or where in shared memory it is.
 #[derive(Serialize)]
-struct BinaryParameters {
-    binary_data_size: usize,
+#[serde(untagged)]
+enum OutputParameters<'a> {
+    Binary { binary_data_size: usize },
+    Listed(&'a Parameters),
 }
 
 pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> EncodedResponse {
@@ -225,6 +246,18 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
         .outputs
         .iter()
         .map(|tensor| {
+            if response.in_shared_memory(&tensor.name) {
+                return OutputJson {
+                    name: &tensor.name,
+                    datatype: tensor.datatype.as_wire(),
+                    shape: &tensor.shape,
+                    parameters: response
+                        .output_parameters
+                        .get(&tensor.name)
+                        .map(OutputParameters::Listed),
+                    data: None,
+                };
+            }
             let binary = binary_outputs.is_binary(&tensor.name);
             if binary && !tensor.data.is_empty() {
                 blobs.push(&tensor.data);
@@ -233,7 +266,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> Encod
                 name: &tensor.name,
                 datatype: tensor.datatype.as_wire(),
                 shape: &tensor.shape,
-                parameters: binary.then(|| BinaryParameters {
+                parameters: binary.then(|| OutputParameters::Binary {
                     binary_data_size: tensor.data.len(),
                 }),
                 data: (!binary).then_some(json_tensor::Data {

@@ -8,7 +8,6 @@ use serde_json::Value;
 
 use super::{AppState, HandlerResult, body};
 use crate::error::Error;
-use crate::model_config::json as config_json;
 
 /// A small control-API body (index, load, unload) as JSON; empty is `{}`.
 pub(super) async fn control_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, Error> {
@@ -78,9 +77,7 @@ pub(super) async fn load(
     for (key, value) in body_parameters(&s, &headers, body).await? {
         match (key.as_str(), value) {
             ("config", Value::String(text)) => {
-                let parsed = config_json::from_json(&text)
-                    .map_err(|e| Error::invalid(format!("Invalid config override: {}", e.message())))?;
-                config = Some(parsed);
+                config = Some(s.server.config_override(&model, &text)?);
             }
             ("config", _) => {
                 return Err(Error::invalid("load parameter 'config' must be a JSON string").into());
