@@ -8,7 +8,10 @@
 
 pub mod builtin;
 pub mod onnx;
+pub mod registry;
 pub mod remote;
+
+pub use registry::BackendKind;
 
 use std::path::Path;
 
@@ -17,7 +20,6 @@ use nereid_proto::inference::ModelConfig;
 
 use crate::datatype::DataType;
 use crate::error::Result;
-use crate::model_config::BackendKind;
 use crate::model_config::autocomplete::ModelSignature;
 use crate::statistics::ComputeTiming;
 use crate::tensor::Tensor;
@@ -104,6 +106,29 @@ pub trait ModelInstance: Send {
     /// Runs one batch. Inputs are validated and in the shapes the model
     /// expects.
     fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution>;
+
+    /// Runs the requests of a decoupled model (`model_transaction_policy {
+    /// decoupled: true }`): each request's inputs, and a sink that takes any
+    /// number of responses per request. Returning ends every request (the
+    /// final flag); an error fails those not ended yet. Only backends whose
+    /// [`Backend::decoupled`] says so are asked.
+    fn execute_decoupled(&mut self, requests: Vec<Vec<Tensor>>, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+        let _ = (requests, sink);
+        Err(crate::error::Error::unsupported(
+            "this backend cannot run decoupled models",
+        ))
+    }
+}
+
+/// Where a decoupled model's responses go, request by request (by their
+/// position in the execution).
+pub trait ResponseSink {
+    /// Sends one response of `request`. `false` when its client has gone
+    /// away: the backend should stop working for it.
+    fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool;
+
+    /// Whether `request`'s client has gone away.
+    fn is_cancelled(&self, request: usize) -> bool;
 }
 
 /// A kind of model implementation.
@@ -114,21 +139,21 @@ pub trait Backend: Send + Sync {
 
     /// Creates one instance. Called on the instance's own worker thread.
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>>;
+
+    /// Whether its instances can run decoupled models (stream responses).
+    fn decoupled(&self) -> bool {
+        false
+    }
 }
 
 /// The backend implementing a kind.
 pub fn for_kind(kind: BackendKind) -> &'static dyn Backend {
-    match kind {
-        BackendKind::OnnxRuntime => &onnx::OnnxRuntimeBackend,
-        BackendKind::Identity => &builtin::IdentityBackend,
-        BackendKind::AddSub => &builtin::AddSubBackend,
-        BackendKind::Ensemble | BackendKind::Remote => &NoInstances,
-    }
+    kind.implementation()
 }
 
 /// Ensembles and remote models read no model file and have no instances:
 /// their schedulers stand in for them ([`crate::scheduler::Scheduler`]).
-struct NoInstances;
+pub(crate) struct NoInstances;
 
 impl Backend for NoInstances {
     fn signature(&self, _: &ModelConfig, _: &Path) -> Result<Option<ModelSignature>> {

@@ -6,6 +6,7 @@ pub mod convert;
 pub mod restricted;
 mod settings;
 pub mod status;
+mod stream;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -174,46 +175,22 @@ impl GrpcInferenceService for InferenceService {
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
 
-    /// Answers each request of the stream in order; an error becomes that
-    /// response's `error_message` and the stream goes on.
+    /// Many requests on one stream; see [`stream`].
     async fn model_stream_infer(
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> GrpcResult<Self::ModelStreamInferStream> {
-        let account = request.extensions().get::<budget::BodyAccount>().cloned();
-        // The stream's metadata is every message's trace parent.
-        let parent = trace_parent(request.metadata());
-        let mut incoming = request.into_inner();
-        let server = Arc::clone(&self.server);
-        let (tx, rx) = tokio::sync::mpsc::channel(16);
-        tokio::spawn(async move {
-            while let Ok(Some(message)) = incoming.message().await {
-                // Each message takes the bytes that arrived before it.
-                let reservation = account.as_ref().map(budget::BodyAccount::take).unwrap_or_default();
-                let outcome = match convert::request(message) {
-                    Ok(mut request) => {
-                        request.reservation = reservation;
-                        request.trace_parent = parent.clone();
-                        server.infer(request).await
-                    }
-                    Err(e) => Err(e),
-                };
-                let reply = match outcome {
-                    Ok(response) => ModelStreamInferResponse {
-                        error_message: String::new(),
-                        infer_response: Some(convert::response(response)),
-                    },
-                    Err(e) => ModelStreamInferResponse {
-                        error_message: e.message().to_string(),
-                        infer_response: None,
-                    },
-                };
-                if tx.send(Ok(reply)).await.is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        let context = stream::StreamContext {
+            server: Arc::clone(&self.server),
+            account: request.extensions().get::<budget::BodyAccount>().cloned(),
+            trace_parent: trace_parent(request.metadata()),
+            errors_close: request
+                .metadata()
+                .get(stream::GRPC_ERROR_HEADER)
+                .is_some_and(|v| v.to_str().is_ok_and(|v| v.eq_ignore_ascii_case("true"))),
+        };
+        let outbox = stream::serve(context, request.into_inner());
+        Ok(Response::new(Box::pin(ReceiverStream::new(outbox))))
     }
 
     async fn model_config(&self, request: Request<ModelConfigRequest>) -> GrpcResult<ModelConfigResponse> {

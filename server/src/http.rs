@@ -6,6 +6,7 @@
 //! ```text
 //! (this file)     the router by API group (restricted groups checked here), health, metadata, stats
 //! infer           the infer endpoint          infer_codec, json_tensor, request_json: its wire formats
+//! generate        Triton's generate extension: /generate and /generate_stream (server-sent events)
 //! repository      index, load, unload         settings: logging and trace settings
 //! shared_memory   system shared memory regions: register, status, unregister
 //! body            reading a body within its limits   compression: gzip and deflate
@@ -15,6 +16,7 @@
 pub mod body;
 pub mod compression;
 pub mod error;
+mod generate;
 mod infer;
 pub mod infer_codec;
 pub mod json_tensor;
@@ -114,7 +116,17 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc
             ApiGroup::Inference,
             Router::new()
                 .route("/v2/models/{model}/infer", post(infer::infer))
-                .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer)),
+                .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer))
+                .route("/v2/models/{model}/generate", post(generate::generate))
+                .route(
+                    "/v2/models/{model}/versions/{version}/generate",
+                    post(generate::generate),
+                )
+                .route("/v2/models/{model}/generate_stream", post(generate::generate_stream))
+                .route(
+                    "/v2/models/{model}/versions/{version}/generate_stream",
+                    post(generate::generate_stream),
+                ),
         ))
         .merge(group(
             ApiGroup::ModelRepository,

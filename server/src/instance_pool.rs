@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use nereid_proto::inference::ModelConfig;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{Backend, Device, InstanceSpec, ModelInstance};
+use crate::backend::{Backend, Device, InstanceSpec, ModelInstance, ResponseSink};
 use crate::batch;
 use crate::error::{Error, Result};
 use crate::scheduler::Pending;
@@ -140,7 +140,16 @@ fn worker(
         // guard keeps the thread (and every request queued behind it) alive
         // even if bookkeeping around the batch ever panics. Requests whose
         // replies are lost that way get "stopped before answering".
-        if std::panic::catch_unwind(AssertUnwindSafe(|| run(source, instance.as_mut(), job))).is_err() {
+        let decoupled = source
+            .config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled);
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match decoupled {
+            true => run_decoupled(source, instance.as_mut(), job),
+            false => run(source, instance.as_mut(), job),
+        }));
+        if ran.is_err() {
             tracing::error!(model = %source.model, version = source.version, "a job panicked outside its batch; the instance goes on");
         }
         if let Some(idle) = &source.idle {
@@ -224,6 +233,90 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
     }
 }
 
+/// Runs a decoupled model's job: each request's responses go out as the
+/// backend sends them, and a request ends (its stream closes) when the
+/// execution returns. A client that went away makes `send` return false,
+/// so the backend stops working for it.
+fn run_decoupled(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
+    let started = Instant::now();
+    let mut streams = Vec::with_capacity(job.requests.len());
+    let mut inputs = Vec::with_capacity(job.requests.len());
+    let mut rows = 0;
+    for mut pending in job.requests {
+        let Some(tensors) = pending.payload.take() else {
+            continue;
+        };
+        if pending.reply.is_closed() {
+            continue;
+        }
+        drop(pending.queued);
+        source
+            .statistics
+            .record_queue(started.saturating_duration_since(pending.arrived));
+        if let Some(trace) = &pending.trace {
+            trace.child("queue", pending.arrived, started);
+        }
+        let Some(stream) = pending.reply.take_stream() else {
+            pending.reply.send(Err(Error::internal(
+                "a decoupled model's request came without a stream to answer on",
+            )));
+            continue;
+        };
+        rows += pending.batch_size;
+        streams.push(Some(stream));
+        inputs.push(tensors);
+    }
+    if streams.is_empty() {
+        return;
+    }
+    let _executing = source.statistics.executing(streams.len());
+    let requests = streams.len() as u64;
+    let mut sink = StreamSink { streams: &mut streams };
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute_decoupled(inputs, &mut sink)))
+        .unwrap_or_else(|panic| {
+            let what = panic_message(panic.as_ref());
+            tracing::error!(model = %source.model, version = source.version, panic = %what, "a decoupled execution panicked; its requests fail, the instance goes on");
+            Err(Error::internal(format!("the model instance panicked while executing: {what}")))
+        });
+    match outcome {
+        Ok(timing) => source.statistics.record_execution(rows as u64, requests, timing),
+        Err(e) => {
+            for stream in streams.iter().flatten() {
+                let _ = stream.blocking_send(Err(e.clone()));
+            }
+        }
+    }
+    // Dropping the streams ends every request: its final response.
+}
+
+/// The streams of one decoupled execution, by request position.
+struct StreamSink<'a> {
+    streams: &'a mut [Option<tokio::sync::mpsc::Sender<Result<Vec<crate::tensor::Tensor>>>>],
+}
+
+impl ResponseSink for StreamSink<'_> {
+    fn send(&mut self, request: usize, outputs: Vec<crate::tensor::Tensor>) -> bool {
+        let Some(slot) = self.streams.get_mut(request) else {
+            return false;
+        };
+        match slot {
+            // Waits while the client is slower than the model: backpressure.
+            Some(stream) if stream.blocking_send(Ok(outputs)).is_ok() => true,
+            _ => {
+                *slot = None;
+                false
+            }
+        }
+    }
+
+    fn is_cancelled(&self, request: usize) -> bool {
+        self.streams
+            .get(request)
+            .and_then(Option::as_ref)
+            .is_none_or(tokio::sync::mpsc::Sender::is_closed)
+    }
+}
+
 /// The text of a panic payload, when it has one.
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -236,9 +329,10 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
     use crate::backend::for_kind;
     use crate::datatype::DataType;
-    use crate::model_config::{BackendKind, text::parse};
+    use crate::model_config::text::parse;
     use crate::scheduler::Reply;
     use crate::tensor::Tensor;
     use bytes::Bytes;

@@ -3,6 +3,7 @@
 
 pub mod classification;
 pub mod normalize;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 
 use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice, model_instance_group::Kind};
 
+use crate::backend::BackendKind;
 use crate::backend::remote::RemoteModel;
 use crate::backend::{self, Device};
 use crate::dynamic_batch_scheduler::{BatcherConfig, DynamicBatchScheduler};
@@ -17,9 +19,9 @@ use crate::ensemble_scheduler::EnsembleScheduler;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, InstanceSource, Placement};
 use crate::metrics::FailureReason;
-use crate::model_config::{BackendKind, file_names, parameter};
+use crate::model_config::{file_names, parameter};
 use crate::model_lifecycle::LoadOptions;
-use crate::request::InferRequest;
+use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
 use crate::scheduler::{Scheduler, Work};
 use crate::statistics::ModelStatistics;
@@ -118,6 +120,13 @@ impl Model {
     /// Checks a request, runs it on a free instance and shapes the response.
     #[tracing::instrument(skip_all, fields(model = %self.name, version = self.version, request_id = %request.id))]
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+        if self.is_decoupled() {
+            return Err(Error::unsupported(format!(
+                "model '{}' is decoupled (it may answer with many responses): call it over a stream \
+                 (gRPC ModelStreamInfer, HTTP generate_stream)",
+                self.name
+            )));
+        }
         // Recorded once whatever happens; if this future is dropped before
         // the answer (the client went away), the request counts as CANCELED.
         let mut outcome = Outcome {
@@ -155,16 +164,34 @@ impl Model {
             .scheduler
             .schedule(normalized.inputs, work, &self.statistics)
             .await?;
+        self.respond(id, &produced, &normalized.outputs, normalized.batch_size, true)
+    }
+
+    /// The answer from what an execution `produced`: the `wanted` outputs
+    /// in the client's shapes (classified when asked). With `all`, a wanted
+    /// output the model did not produce is an error; a decoupled model's
+    /// response may carry only some.
+    fn respond(
+        &self,
+        id: String,
+        produced: &[Tensor],
+        wanted: &[RequestedOutput],
+        batch_size: usize,
+        all: bool,
+    ) -> Result<InferResponse> {
         let batching = self.config.max_batch_size > 0;
-        let mut outputs = Vec::with_capacity(normalized.outputs.len());
-        for wanted in &normalized.outputs {
+        let mut outputs = Vec::with_capacity(wanted.len());
+        for wanted in wanted {
             let Some(tensor) = produced.iter().find(|t| t.name == wanted.name) else {
+                if !all {
+                    continue;
+                }
                 return Err(Error::internal(format!(
                     "model '{}' produced no output '{}'",
                     self.name, wanted.name
                 )));
             };
-            let tensor = self.client_shape(tensor.clone(), batching, normalized.batch_size);
+            let tensor = self.client_shape(tensor.clone(), batching, batch_size);
             outputs.push(match wanted.classification {
                 Some(k) => {
                     classification::classify(&tensor, k, batching, self.labels.get(&wanted.name).map(Vec::as_slice))?
@@ -181,6 +208,15 @@ impl Model {
             queue_depth: self.statistics.queue_depth(),
             output_parameters: Default::default(),
         })
+    }
+
+    /// Whether the model is decoupled: it answers a request with any number
+    /// of responses, over a stream only.
+    pub fn is_decoupled(&self) -> bool {
+        self.config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled)
     }
 
     /// Undoes an output `reshape`: the client sees the config's dims.

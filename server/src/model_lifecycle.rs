@@ -16,12 +16,13 @@ use nereid_proto::inference::{
     model_version_policy,
 };
 
+use crate::backend::BackendKind;
 use crate::backend::{self, remote};
 use crate::ensemble_scheduler::plan;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::model::{Model, VersionSource};
-use crate::model_config::{BackendKind, autocomplete, file_names, validate::validate};
+use crate::model_config::{autocomplete, file_names, validate::validate};
 use crate::model_repository_manager::Members;
 use crate::repository::{ModelFiles, select_versions};
 
@@ -130,8 +131,10 @@ pub fn prepare(
         }
         None => {
             return Err(Error::invalid(format!(
-                "unknown backend '{}' / platform '{}': supported are backend 'onnxruntime' (platform 'onnxruntime_onnx'), 'identity', 'add_sub' and 'remote', and platform 'ensemble'",
-                config.backend, config.platform
+                "unknown backend '{}' / platform '{}': supported are {}",
+                config.backend,
+                config.platform,
+                BackendKind::known()
             )));
         }
     };
@@ -153,6 +156,12 @@ pub fn prepare(
     }
     fill_defaults(&mut config, kind);
     validate(&config)?;
+    if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) && !kind.implementation().decoupled() {
+        return Err(Error::unsupported(format!(
+            "backend '{}' cannot run decoupled models (model_transaction_policy {{ decoupled: true }})",
+            config.backend
+        )));
+    }
     if kind == BackendKind::Ensemble {
         // The DAG against the members loaded now (the manager loads them first).
         plan::plan(&config, &|member, version| options.members.config(member, version))?;

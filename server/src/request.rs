@@ -35,6 +35,26 @@ pub struct InferRequest {
     /// Inputs whose data is in a system shared memory region (by input
     /// name): the front end leaves their data empty and the server reads it.
     pub shared_memory_inputs: BTreeMap<String, TensorRegion>,
+    pub protocol: Protocol,
+}
+
+/// The front end a request came through, for the few answers that name it
+/// the way Triton's do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Protocol {
+    #[default]
+    Http,
+    Grpc,
+}
+
+impl Protocol {
+    /// What Triton calls the unary endpoint in its errors.
+    pub fn unary_endpoint(self) -> &'static str {
+        match self {
+            Protocol::Http => "HTTP end point",
+            Protocol::Grpc => "ModelInfer RPC",
+        }
+    }
 }
 
 /// The W3C trace context headers a front end passes on.

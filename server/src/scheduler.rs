@@ -14,7 +14,7 @@ pub mod payload;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::remote::RemoteModel;
 use crate::batch::BatchKey;
@@ -119,6 +119,45 @@ async fn counted(
     };
     statistics.record_execution(work.batch_size as u64, 1, timing);
     Ok(outputs)
+}
+
+/// How many responses of one decoupled request may wait for its client
+/// before the backend sending them waits too.
+const STREAM_DEPTH: usize = 16;
+
+impl Scheduler {
+    /// Queues a request of a decoupled model; its responses arrive on the
+    /// returned channel, which closes when the model is done with it.
+    /// Dropping the guard (with the channel) cancels it.
+    pub fn schedule_stream(
+        &self,
+        inputs: Vec<Tensor>,
+        work: Work<'_>,
+        statistics: &ModelStatistics,
+    ) -> Result<(mpsc::Receiver<Result<Vec<Tensor>>>, CancelOnDrop)> {
+        let (tx, rx) = mpsc::channel(STREAM_DEPTH);
+        let key = BatchKey::of(&inputs);
+        let payload = Payload::new(inputs);
+        let cancel = CancelOnDrop(Arc::clone(&payload));
+        let pending = Pending {
+            payload,
+            batch_size: work.batch_size,
+            reply: Reply::streaming(tx),
+            arrived: Instant::now(),
+            queued: statistics.pending(),
+            trace: work.trace,
+        };
+        match self {
+            Scheduler::Default(pool) => pool.try_submit(Job::single(pending))?,
+            Scheduler::Dynamic(batcher) => batcher.enqueue(pending, key, work.parameters)?,
+            Scheduler::Ensemble(_) | Scheduler::Remote(_) => {
+                return Err(Error::unsupported(
+                    "decoupled ensembles and remote models are not supported yet",
+                ));
+            }
+        }
+        Ok((rx, cancel))
+    }
 }
 
 /// Hands a request to `submit` (a queue in front of the instances) and

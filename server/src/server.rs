@@ -12,6 +12,7 @@ use crate::datatype::DataType;
 use crate::error::{Error, ErrorKind, Result};
 use crate::logging::{LogControl, LogSettings};
 use crate::model::Model;
+use crate::model::stream::ResponseStream;
 use crate::model_config::{input_datatype, output_datatype};
 use crate::model_repository_manager::{IndexEntry, ModelRepositoryManager};
 use crate::parameter::Parameter;
@@ -157,6 +158,12 @@ impl InferenceServer {
         self.manager.get(name, parse_version(version)?)
     }
 
+    /// Whether requests of this model go through [`Self::infer_stream`]
+    /// (false for a model that is not there: [`Self::infer`] says so).
+    pub fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool {
+        self.manager.get(name, version).is_ok_and(|m| m.is_decoupled())
+    }
+
     pub fn model_ready(&self, name: &str, version: &str) -> Result<bool> {
         self.model(name, version)?.check_ready().map(|()| true)
     }
@@ -220,6 +227,12 @@ impl InferenceServer {
             return Err(Error::new(ErrorKind::NotServing, "Server not ready"));
         }
         let model = self.manager.get(&request.model_name, request.model_version)?;
+        if model.is_decoupled() {
+            return Err(Error::unsupported(format!(
+                "{} doesn't support models with decoupled transaction policy",
+                request.protocol.unary_endpoint()
+            )));
+        }
         self.read_shared_memory_inputs(&mut request)?;
         let output_regions: Vec<(String, TensorRegion)> = request
             .outputs
@@ -238,6 +251,29 @@ impl InferenceServer {
             trace.finish(result.as_ref().err());
         }
         result
+    }
+
+    /// Queues a request of a decoupled model; its responses come on the
+    /// returned stream (unary [`Self::infer`] refuses such models).
+    pub fn infer_stream(&self, mut request: InferRequest) -> Result<ResponseStream> {
+        if !self.is_ready() {
+            return Err(Error::new(ErrorKind::NotServing, "Server not ready"));
+        }
+        let model = self.manager.get(&request.model_name, request.model_version)?;
+        if let Some(output) = request.outputs.iter().find(|o| o.shared_memory.is_some()) {
+            // Every response would land on the same bytes, each overwriting
+            // the one before while the client may still be reading it.
+            return Err(Error::invalid(format!(
+                "output '{}' asks for shared memory, which responses of a decoupled model cannot use: \
+                 each response would overwrite the last",
+                output.name
+            )));
+        }
+        self.read_shared_memory_inputs(&mut request)?;
+        request.trace = self
+            .traces
+            .start_request(model.name(), model.version(), &request.id, &request.trace_parent);
+        model.infer_stream(request)
     }
 
     /// Fills the inputs that are in shared memory, each within the

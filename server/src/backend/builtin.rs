@@ -1,7 +1,11 @@
 //! Built-in backends that need no model file: `identity` and `add_sub`.
 //!
 //! They exist for tests and for measuring the server's own overhead: with
-//! compute this cheap, whatever latency remains is ours.
+//! compute this cheap, whatever latency remains is ours. [`repeat`] is a
+//! decoupled model and [`accumulate`] a stateful one, for the same reason.
+
+pub mod accumulate;
+pub mod repeat;
 
 use std::path::Path;
 

@@ -131,6 +131,13 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
                 s.model_name
             )));
         };
+        if model.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+            // A step passes one response on; a member that sends many
+            // would need the ensemble to fan out, which it does not.
+            return Err(Error::unsupported(format!(
+                "ensemble '{name}': {step_name} is decoupled, and decoupled members are not supported yet"
+            )));
+        }
         if batching && model.max_batch_size < config.max_batch_size {
             return Err(bad(format!(
                 "the ensemble allows maximum batch size {}, but {step_name} only allows {}",
@@ -344,6 +351,11 @@ mod tests {
                    input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
                    output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]"#,
             )),
+            "stream" => Some(config(
+                r#"name: "stream" max_batch_size: 8 model_transaction_policy { decoupled: true }
+                   input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+                   output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]"#,
+            )),
             "ints" => Some(config(
                 r#"name: "ints" max_batch_size: 8
                    input [ { name: "X" data_type: TYPE_INT32 dims: [ 4 ] } ]
@@ -462,6 +474,8 @@ mod tests {
             e,
             "ensemble 'pipe': tensor 'OUT' has shape [-1,3] (step 2 (model 'classify')), but step 3 (model 'scale') reads it as input 'X' of shape [-1,4]"
         );
+        let stream = SCALE.replace("\"scale\"", "\"stream\"");
+        assert!(error(&format!("{stream}, {CLASSIFY}")).contains("step 1 (model 'stream') is decoupled"));
         let small = SCALE.replace("\"scale\"", "\"small\"");
         assert_eq!(
             error(&format!("{small}, {CLASSIFY}")),

@@ -18,7 +18,7 @@ use nereid_proto::inference::{
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::parameter::{Parameter, Parameters};
-use crate::request::{InferRequest, RequestedOutput};
+use crate::request::{InferRequest, Protocol, RequestedOutput};
 use crate::response::InferResponse;
 use crate::server::{VersionStatistics, parse_version};
 use crate::shared_memory::TensorRegion;
@@ -116,6 +116,7 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
         outputs,
         parameters: parameters(&message.parameters),
         shared_memory_inputs,
+        protocol: Protocol::Grpc,
         ..Default::default()
     })
 }
@@ -308,7 +309,7 @@ pub fn response(response: InferResponse) -> ModelInferResponse {
         model_name: response.model_name,
         model_version: response.model_version.to_string(),
         id: response.id,
-        parameters: HashMap::new(),
+        parameters: wire_parameters(&response.parameters),
         outputs,
         raw_output_contents: raw,
     }

@@ -79,6 +79,65 @@ pub fn decode(
     Ok(Bytes::from(sink.out))
 }
 
+/// How many scalars a JSON value holds: 1 for a scalar, every element of
+/// a (possibly nested) array. Nothing is allocated.
+pub fn count_elements(name: &str, data: &RawValue) -> Result<usize> {
+    struct Count<'c>(&'c mut usize);
+
+    impl<'de> DeserializeSeed<'de> for Count<'_> {
+        type Value = ();
+
+        fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> std::result::Result<(), D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Count<'_> {
+        type Value = ();
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a value or an array of values")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+            while seq.next_element_seed(Count(&mut *self.0))?.is_some() {}
+            Ok(())
+        }
+
+        fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<(), E> {
+            *self.0 += 1;
+            Ok(())
+        }
+
+        fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<(), E> {
+            *self.0 += 1;
+            Ok(())
+        }
+
+        fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<(), E> {
+            *self.0 += 1;
+            Ok(())
+        }
+
+        fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<(), E> {
+            *self.0 += 1;
+            Ok(())
+        }
+
+        fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<(), E> {
+            *self.0 += 1;
+            Ok(())
+        }
+    }
+
+    let mut count = 0;
+    let mut deserializer = serde_json::Deserializer::from_str(data.get());
+    Count(&mut count)
+        .deserialize(&mut deserializer)
+        .map_err(|e| Error::invalid(format!("unable to parse the value of input '{name}': {e}")))?;
+    Ok(count)
+}
+
 /// Where decoded elements go, and how many there may be.
 struct Sink {
     datatype: DataType,
@@ -350,6 +409,17 @@ mod tests {
         assert_eq!(reservation.bytes(), 16);
         let e = decode("X", DataType::Int32, &raw(&value), 4, &mut reservation).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::ResourceExhausted);
+    }
+
+    #[test]
+    fn elements_are_counted_without_decoding() {
+        let count = |v: &Value| count_elements("X", &raw(v));
+        assert_eq!(count(&json!(7)).unwrap(), 1);
+        assert_eq!(count(&json!("text")).unwrap(), 1);
+        assert_eq!(count(&json!([[1, 2], [3, 4], [5, 6]])).unwrap(), 6);
+        assert_eq!(count(&json!([])).unwrap(), 0);
+        let e = count(&json!({"a": 1})).unwrap_err();
+        assert!(e.message().contains("input 'X'"), "{e}");
     }
 
     #[test]

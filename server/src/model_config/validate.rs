@@ -98,11 +98,6 @@ fn not_yet_supported(config: &ModelConfig) -> Result<()> {
         }
         Some(SchedulingChoice::EnsembleScheduling(_) | SchedulingChoice::DynamicBatching(_)) | None => {}
     }
-    if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-        return Err(Error::unsupported(
-            "decoupled models (model_transaction_policy { decoupled: true }) are not supported by this server yet",
-        ));
-    }
     Ok(())
 }
 
@@ -192,18 +187,12 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_serve_yet() {
         let io = r#"input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#;
-        for (extra, needle) in [
-            (
-                "sequence_batching { max_sequence_idle_microseconds: 5000000 }",
-                "sequence_batching",
-            ),
-            ("model_transaction_policy { decoupled: true }", "decoupled"),
-        ] {
-            let err = validate(&parse(&format!("{io} {extra}")).unwrap()).unwrap_err();
-            assert_eq!(err.kind(), crate::error::ErrorKind::Unsupported);
-            assert!(err.message().contains(needle), "{err}");
-            assert!(err.message().contains("not supported by this server yet"), "{err}");
-        }
-        validate(&parse(&format!("{io} model_transaction_policy {{ decoupled: false }}")).unwrap()).unwrap();
+        let stateful = format!("{io} sequence_batching {{ max_sequence_idle_microseconds: 5000000 }}");
+        let err = validate(&parse(&stateful).unwrap()).unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::Unsupported);
+        assert!(err.message().contains("sequence_batching"), "{err}");
+        assert!(err.message().contains("not supported by this server yet"), "{err}");
+        // Whether the backend can stream is checked when it is known.
+        validate(&parse(&format!("{io} model_transaction_policy {{ decoupled: true }}")).unwrap()).unwrap();
     }
 }

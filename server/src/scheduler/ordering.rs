@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -55,12 +55,15 @@ impl Reorderer {
     }
 }
 
-/// Where a request's answer goes: straight back, or through a [`Reorderer`].
+/// Where a request's answer goes: straight back, through a [`Reorderer`],
+/// or, for a decoupled model, as a stream of responses that ends when the
+/// sender is dropped (the final flag).
 #[derive(Debug)]
 pub struct Reply {
     /// `None` once sent.
     sender: Option<oneshot::Sender<Outcome>>,
     order: Option<(u64, Arc<Reorderer>)>,
+    stream: Option<mpsc::Sender<Outcome>>,
 }
 
 impl Reply {
@@ -68,6 +71,7 @@ impl Reply {
         Reply {
             sender: Some(sender),
             order: None,
+            stream: None,
         }
     }
 
@@ -76,7 +80,22 @@ impl Reply {
         Reply {
             sender: Some(sender),
             order: Some((reorderer.next_seq(), Arc::clone(reorderer))),
+            stream: None,
         }
+    }
+
+    /// A decoupled request's responses, any number of them.
+    pub fn streaming(stream: mpsc::Sender<Outcome>) -> Self {
+        Reply {
+            sender: None,
+            order: None,
+            stream: Some(stream),
+        }
+    }
+
+    /// The stream of a decoupled request's reply (taken once).
+    pub fn take_stream(&mut self) -> Option<mpsc::Sender<Outcome>> {
+        self.stream.take()
     }
 
     /// This reply, now taking the next place in `reorderer`'s order.
@@ -95,6 +114,12 @@ impl Reply {
     }
 
     fn finish(&mut self, outcome: Outcome) {
+        // A streamed reply's one answer (a model that is not decoupled
+        // answering through it): that response, then the end.
+        if let Some(stream) = self.stream.take() {
+            let _ = stream.try_send(outcome);
+            return;
+        }
         let Some(sender) = self.sender.take() else {
             return;
         };
@@ -108,7 +133,10 @@ impl Reply {
 
     /// Whether the client has gone away (no point computing its answer).
     pub fn is_closed(&self) -> bool {
-        self.sender.as_ref().is_none_or(oneshot::Sender::is_closed)
+        match &self.stream {
+            Some(stream) => stream.is_closed(),
+            None => self.sender.as_ref().is_none_or(oneshot::Sender::is_closed),
+        }
     }
 }
 

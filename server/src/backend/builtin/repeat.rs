@@ -1,0 +1,259 @@
+//! `repeat`: a decoupled builtin in the spirit of Triton's `repeat_int32`
+//! example. For each request it streams its first input back element by
+//! element, one response per element, and then ends the request:
+//!
+//! ```text
+//! name: "repeat"
+//! backend: "repeat"
+//! max_batch_size: 0
+//! model_transaction_policy { decoupled: true }
+//! input [
+//!   { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },                # the elements
+//!   { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] optional: true }  # ms before each
+//! ]
+//! output [
+//!   { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },                # the element
+//!   { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] }                # its position
+//! ]
+//! ```
+//!
+//! The tensors are taken by position, so any names work: the first input
+//! (any fixed-size datatype; the first output has the same), an optional
+//! second input of UINT32 delays in milliseconds (one per element, or one
+//! for all; the parameter `delay_ms` when absent), and a second output of
+//! UINT32 positions. A request whose client has gone away gets no more
+//! responses: the backend stops at the next element.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nereid_proto::inference::ModelConfig;
+
+use crate::backend::{Backend, BatchInput, Execution, InstanceSpec, ModelInstance, ResponseSink};
+use crate::datatype::DataType;
+use crate::error::{Error, Result};
+use crate::model_config::autocomplete::ModelSignature;
+use crate::model_config::{input_datatype, output_datatype, parameter};
+use crate::statistics::ComputeTiming;
+use crate::tensor::Tensor;
+
+pub struct RepeatBackend;
+
+impl Backend for RepeatBackend {
+    fn signature(&self, _: &ModelConfig, _: &Path) -> Result<Option<ModelSignature>> {
+        Ok(None)
+    }
+
+    fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
+        let config = spec.config;
+        let bad = |why: &str| Error::invalid(format!("repeat model '{}': {why}", config.name));
+        if !config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+            return Err(bad("it is decoupled: set model_transaction_policy { decoupled: true }"));
+        }
+        if config.input.is_empty() || config.input.len() > 2 || config.output.len() != 2 {
+            return Err(bad(
+                "it needs one or two inputs (values, delays) and two outputs (value, index)",
+            ));
+        }
+        let datatype = input_datatype(&config.input[0])
+            .filter(|t| t.byte_size().is_some())
+            .ok_or_else(|| bad("its first input needs a fixed-size data_type"))?;
+        if output_datatype(&config.output[0]) != Some(datatype) {
+            return Err(bad("its first output needs the first input's data_type"));
+        }
+        if output_datatype(&config.output[1]) != Some(DataType::Uint32)
+            || config
+                .input
+                .get(1)
+                .is_some_and(|d| input_datatype(d) != Some(DataType::Uint32))
+        {
+            return Err(bad("its delays input and index output are UINT32"));
+        }
+        let delay = match parameter(config, "delay_ms") {
+            None => Duration::ZERO,
+            Some(ms) => Duration::from_millis(
+                ms.parse()
+                    .map_err(|_| bad("parameter 'delay_ms' must be a whole number of milliseconds"))?,
+            ),
+        };
+        Ok(Box::new(Repeat {
+            values: config.input[0].name.clone(),
+            delays: config.input.get(1).map(|i| i.name.clone()),
+            value: config.output[0].name.clone(),
+            index: config.output[1].name.clone(),
+            datatype,
+            delay,
+        }))
+    }
+
+    fn decoupled(&self) -> bool {
+        true
+    }
+}
+
+struct Repeat {
+    values: String,
+    delays: Option<String>,
+    value: String,
+    index: String,
+    datatype: DataType,
+    /// Before each response when the request sends no delays.
+    delay: Duration,
+}
+
+impl ModelInstance for Repeat {
+    fn execute(&mut self, _: Vec<BatchInput>) -> Result<Execution> {
+        Err(Error::unsupported(
+            "the repeat model is decoupled: it answers over a stream",
+        ))
+    }
+
+    fn execute_decoupled(&mut self, requests: Vec<Vec<Tensor>>, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+        let started = Instant::now();
+        let size = self.datatype.byte_size().expect("checked at creation");
+        for (at, inputs) in requests.iter().enumerate() {
+            let values = inputs
+                .iter()
+                .find(|t| t.name == self.values)
+                .ok_or_else(|| Error::invalid(format!("repeat: missing input '{}'", self.values)))?;
+            let delays: Vec<u32> = self
+                .delays
+                .as_ref()
+                .and_then(|name| inputs.iter().find(|t| &t.name == name))
+                .map(|t| {
+                    t.data
+                        .chunks_exact(4)
+                        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (i, element) in values.data.chunks_exact(size).enumerate() {
+                let wait = match delays.as_slice() {
+                    [] => self.delay,
+                    [one] => Duration::from_millis(u64::from(*one)),
+                    many => Duration::from_millis(u64::from(many.get(i).copied().unwrap_or(0))),
+                };
+                std::thread::sleep(wait);
+                if sink.is_cancelled(at) {
+                    break;
+                }
+                let index = u32::try_from(i).unwrap_or(u32::MAX);
+                let response = vec![
+                    Tensor::new(
+                        self.value.clone(),
+                        self.datatype,
+                        vec![1],
+                        Bytes::copy_from_slice(element),
+                    ),
+                    Tensor::new(
+                        self.index.clone(),
+                        DataType::Uint32,
+                        vec![1],
+                        Bytes::copy_from_slice(&index.to_le_bytes()),
+                    ),
+                ];
+                if !sink.send(at, response) {
+                    break;
+                }
+            }
+        }
+        Ok(ComputeTiming {
+            infer: started.elapsed(),
+            ..ComputeTiming::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Device;
+    use crate::model_config::text::parse;
+
+    const CONFIG: &str = r#"name: "repeat" backend: "repeat" max_batch_size: 0
+        model_transaction_policy { decoupled: true }
+        input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] optional: true } ]
+        output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]"#;
+
+    /// Records responses; "cancels" a request after `stop_after` of them.
+    struct Recorder {
+        sent: Vec<(usize, Vec<Tensor>)>,
+        stop_after: usize,
+    }
+
+    impl ResponseSink for Recorder {
+        fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
+            self.sent.push((request, outputs));
+            self.sent.len() < self.stop_after
+        }
+        fn is_cancelled(&self, _: usize) -> bool {
+            self.sent.len() >= self.stop_after
+        }
+    }
+
+    fn ints(values: &[i32]) -> Tensor {
+        let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::new("IN", DataType::Int32, vec![values.len() as i64], data.into())
+    }
+
+    fn instance() -> Box<dyn ModelInstance> {
+        let config = parse(CONFIG).unwrap();
+        RepeatBackend
+            .create_instance(InstanceSpec {
+                config: &config,
+                version_dir: Path::new("."),
+                device: Device::Cpu,
+                intra_op_threads: 1,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn each_element_is_a_response_with_its_position() {
+        let mut sink = Recorder {
+            sent: Vec::new(),
+            stop_after: usize::MAX,
+        };
+        instance()
+            .execute_decoupled(vec![vec![ints(&[4, 5, 6])], vec![ints(&[9])]], &mut sink)
+            .unwrap();
+        let seen: Vec<(usize, i32, u32)> = sink
+            .sent
+            .iter()
+            .map(|(r, t)| {
+                let v = i32::from_le_bytes(t[0].data[..4].try_into().unwrap());
+                let i = u32::from_le_bytes(t[1].data[..4].try_into().unwrap());
+                (*r, v, i)
+            })
+            .collect();
+        assert_eq!(seen, [(0, 4, 0), (0, 5, 1), (0, 6, 2), (1, 9, 0)]);
+    }
+
+    #[test]
+    fn a_cancelled_request_gets_no_more_responses() {
+        let mut sink = Recorder {
+            sent: Vec::new(),
+            stop_after: 2,
+        };
+        instance()
+            .execute_decoupled(vec![vec![ints(&[1, 2, 3, 4, 5])]], &mut sink)
+            .unwrap();
+        assert_eq!(sink.sent.len(), 2);
+    }
+
+    #[test]
+    fn a_config_that_is_not_decoupled_is_refused() {
+        let config = parse(&CONFIG.replace("decoupled: true", "decoupled: false")).unwrap();
+        let e = RepeatBackend
+            .create_instance(InstanceSpec {
+                config: &config,
+                version_dir: Path::new("."),
+                device: Device::Cpu,
+                intra_op_threads: 1,
+            })
+            .err()
+            .unwrap();
+        assert!(e.message().contains("it is decoupled"), "{e}");
+    }
+}
