@@ -6,6 +6,8 @@
 # - the Python environment in .venv (tests/requirements.txt): tritonclient,
 #   pytest, onnx for the model generator, and onnxruntime, whose wheel carries
 #   the ONNX Runtime shared library the server loads (ort's load-dynamic);
+#   and, without their dependencies, the packages in
+#   tests/requirements-no-deps.txt (the Silero VAD model);
 # - the example ONNX models, generated if missing;
 # - ORT_DYLIB_PATH, exported, pointing at that library.
 set -euo pipefail
@@ -39,11 +41,12 @@ fi
 
 # Reinstall only when the requirements change.
 stamp="$venv/.requirements.sha256"
-want=$(sha256sum "$repo/tests/requirements.txt" | cut -d' ' -f1)
+want=$(cat "$repo/tests/requirements.txt" "$repo/tests/requirements-no-deps.txt" | sha256sum | cut -d' ' -f1)
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: creating the Python environment in .venv" >&2
     "$python" -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$repo/tests/requirements.txt"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$repo/tests/requirements-no-deps.txt"
     echo "$want" > "$stamp"
 fi
 

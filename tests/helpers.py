@@ -38,7 +38,9 @@ STARTUP_TIMEOUT = 60.0
 # Bound on graceful shutdown after SIGTERM.
 SHUTDOWN_TIMEOUT = 30.0
 
-ALL_EXAMPLE_MODELS = ("identity", "identity_bytes", "identity_fp16", "mlp_small", "repeat_int32", "simple")
+ALL_EXAMPLE_MODELS = (
+    "accumulate_int32", "identity", "identity_bytes", "identity_fp16", "mlp_small", "repeat_int32", "simple",
+)
 
 # Limits of the `small_server` fixture.
 SMALL_HTTP_MAX_INPUT = 4096

@@ -416,20 +416,27 @@ def test_grpc_calls_beyond_the_budget_get_resource_exhausted(budget_server):
 
 
 # --------------------------------------------------------------------------
-# Configs the server cannot honour yet
+# Configs the server (or the backend) cannot honour
 # --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("extra", "needles"),
     [
-        (
-            {"sequence_batching": {"max_sequence_idle_microseconds": 5000000}},
-            ["sequence_batching", "not supported by this server yet"],
-        ),
         # ONNX Runtime models answer once per request; only backends that
         # stream (like `repeat`) may be decoupled.
         ({"model_transaction_policy": {"decoupled": True}}, ["backend 'onnxruntime'", "cannot run decoupled"]),
+        (
+            {"sequence_batching": {}, "model_transaction_policy": {"decoupled": True}},
+            ["decoupled models with sequence_batching", "not supported by this server yet"],
+        ),
+        # The server feeds a control input: the model file must have it.
+        (
+            {"sequence_batching": {"control_input": [
+                {"name": "START", "control": [{"kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 1]}]}
+            ]}},
+            ["sequence_batching feeds input 'START', which the model file does not have"],
+        ),
     ],
 )
 def test_configs_the_backend_cannot_honour_do_not_load(explicit_server, extra, needles):

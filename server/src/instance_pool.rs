@@ -61,26 +61,46 @@ pub struct InstanceSource {
 }
 
 pub struct InstancePool {
-    jobs: Sender<Job>,
+    /// One queue all instances take from, or one per instance.
+    queues: Vec<Sender<Job>>,
 }
 
 impl InstancePool {
-    /// Starts one thread per placement and waits until each has created
-    /// its instance. If any fails, all stop and the first reason is
-    /// returned. Blocking: call it from a blocking context.
+    /// Starts one thread per placement, all taking jobs from one queue,
+    /// and waits until each has created its instance. If any fails, all
+    /// stop and the first reason is returned. Blocking: call it from a
+    /// blocking context.
     pub fn start(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
         // A batcher only sends when an instance is idle, so its queue never
         // holds more than one job per instance; the default scheduler's is bounded.
-        let (jobs, receiver) = if source.idle.is_some() {
+        let queue = if source.idle.is_some() {
             crossbeam_channel::unbounded::<Job>()
         } else {
             crossbeam_channel::bounded::<Job>(QUEUE_PER_INSTANCE * placements.len().max(1))
         };
+        let receivers = vec![queue.1; placements.len()];
+        Self::start_with(source, placements, vec![queue.0], receivers)
+    }
+
+    /// Like [`Self::start`], but each instance has its own queue
+    /// ([`Self::submit_to`]): for the sequence batcher, which must send a
+    /// sequence's requests to the instance that holds it. Whoever submits
+    /// sends one job per instance at a time, so the queues are unbounded.
+    pub fn start_per_instance(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
+        let (senders, receivers) = placements.iter().map(|_| crossbeam_channel::unbounded::<Job>()).unzip();
+        Self::start_with(source, placements, senders, receivers)
+    }
+
+    fn start_with(
+        source: InstanceSource,
+        placements: &[Placement],
+        queues: Vec<Sender<Job>>,
+        receivers: Vec<Receiver<Job>>,
+    ) -> Result<InstancePool> {
         let source = Arc::new(source);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
-        for (index, placement) in placements.iter().copied().enumerate() {
+        for ((index, placement), receiver) in placements.iter().copied().enumerate().zip(receivers) {
             let source = Arc::clone(&source);
-            let receiver = receiver.clone();
             let ready = ready_tx.clone();
             std::thread::Builder::new()
                 .name(format!("{}-{}-{index}", source.model, source.version))
@@ -88,7 +108,7 @@ impl InstancePool {
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
         }
         drop(ready_tx);
-        let pool = InstancePool { jobs };
+        let pool = InstancePool { queues };
         for _ in placements {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
@@ -103,11 +123,26 @@ impl InstancePool {
 
     /// Queues a job, refusing at once when the queue is full.
     pub fn try_submit(&self, job: Job) -> Result<()> {
-        match self.jobs.try_send(job) {
+        self.submit_to(0, job)
+    }
+
+    /// Queues a job for instance `lane` (of a pool with a queue per
+    /// instance), refusing at once when its queue is full.
+    pub fn submit_to(&self, lane: usize, job: Job) -> Result<()> {
+        let queue = self
+            .queues
+            .get(lane)
+            .ok_or_else(|| Error::internal(format!("no instance queue {lane}")))?;
+        match queue.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(Error::unavailable("Exceeds maximum queue size")),
             Err(TrySendError::Disconnected(_)) => Err(Error::unavailable("model instances have stopped")),
         }
+    }
+
+    /// How many queues: one, or one per instance.
+    pub fn lanes(&self) -> usize {
+        self.queues.len()
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! ```text
 //! transport                       accept loop, connection cap, TLS, handshake deadline
-//! http, grpc                      front ends: decode, call InferenceServer, encode
+//! http, grpc                      front ends: decode, call InferenceServer, encode (streams too)
 //! restricted_api                  Triton's restricted API groups, for both front ends
 //! server                          the transport-free API both front ends call
 //! model_repository_manager        which model versions are loaded, the repository API
@@ -19,9 +19,10 @@
 //! model                           one loaded version: normalize -> schedule -> shape outputs
 //!   model/normalize               request checks against the config (Triton's wording)
 //!   model/classification          the classification extension
-//! scheduler                       default scheduler or dynamic batcher in front of the instances,
-//!                                 an ensemble's DAG, or a remote model's calls
+//! scheduler                       default scheduler, dynamic or sequence batcher in front of the
+//!                                 instances, an ensemble's DAG, or a remote model's calls
 //!   dynamic_batch_scheduler       the batcher actor; policy (pure) and queue (priorities, timeouts)
+//!   sequence_batcher              stateful models: sequences on their instance, controls, implicit state
 //!   ensemble_scheduler            Triton's ensembles: the DAG planned at load, its steps run as ready
 //!   scheduler/ordering            preserve_ordering
 //! batch                           requests into one batch, outputs back per request
@@ -30,8 +31,8 @@
 //! metrics                         Prometheus metrics with Triton's names, recorded with the statistics
 //! logging                         tracing with Triton's log settings, changeable at run time
 //! trace                           OpenTelemetry request traces, Triton's trace settings
-//! backend                         the Backend trait; onnx (ort), builtin (identity, add_sub), and
-//!                                 remote (another server's model over gRPC, no instances)
+//! backend                         the Backend trait and its registry; onnx (ort), builtin (identity,
+//!                                 add_sub, repeat, accumulate), and remote (another server's model)
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
@@ -70,6 +71,7 @@ pub mod request;
 pub mod response;
 pub mod restricted_api;
 pub mod scheduler;
+pub mod sequence_batcher;
 pub mod server;
 pub mod shared_memory;
 pub mod statistics;

@@ -19,11 +19,13 @@ use crate::ensemble_scheduler::EnsembleScheduler;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, InstanceSource, Placement};
 use crate::metrics::FailureReason;
+use crate::model_config::sequence::SequenceConfig;
 use crate::model_config::{file_names, parameter};
 use crate::model_lifecycle::LoadOptions;
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
 use crate::scheduler::{Scheduler, Work};
+use crate::sequence_batcher::SequenceBatcher;
 use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
 
@@ -237,7 +239,8 @@ impl Model {
 }
 
 /// The instances of a version and the scheduler in front of them: the
-/// dynamic batcher when the config asks for it, else the default one.
+/// sequence or dynamic batcher when the config asks for one, else the
+/// default one.
 fn on_instances(
     name: &str,
     version: i64,
@@ -247,6 +250,21 @@ fn on_instances(
     statistics: &Arc<ModelStatistics>,
 ) -> Result<Scheduler> {
     let placements = placements(config)?;
+    let source = |idle| InstanceSource {
+        model: name.to_string(),
+        version,
+        backend: backend::for_kind(kind),
+        config: Arc::clone(config),
+        version_dir: version_dir.to_path_buf(),
+        statistics: Arc::clone(statistics),
+        idle,
+    };
+    if crate::model_config::sequence::of(config).is_some() {
+        let model_dir = version_dir.parent().unwrap_or(version_dir);
+        let settings = SequenceConfig::from_config(config, model_dir)?;
+        let pool = InstancePool::start_per_instance(source(None), &placements)?;
+        return Ok(Scheduler::Sequence(SequenceBatcher::start(name, settings, pool)?));
+    }
     let batching = match &config.scheduling_choice {
         Some(SchedulingChoice::DynamicBatching(batching)) => Some(BatcherConfig::from_config(config, batching)?),
         _ => None,
@@ -258,18 +276,7 @@ fn on_instances(
         }
         None => (None, None),
     };
-    let pool = InstancePool::start(
-        InstanceSource {
-            model: name.to_string(),
-            version,
-            backend: backend::for_kind(kind),
-            config: Arc::clone(config),
-            version_dir: version_dir.to_path_buf(),
-            statistics: Arc::clone(statistics),
-            idle: idle_tx,
-        },
-        &placements,
-    )?;
+    let pool = InstancePool::start(source(idle_tx), &placements)?;
     Ok(match (batching, idle_rx) {
         (Some(batching), Some(idle)) => Scheduler::Dynamic(DynamicBatchScheduler::start(
             name,

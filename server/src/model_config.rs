@@ -8,6 +8,7 @@
 pub mod autocomplete;
 pub mod file_names;
 pub mod json;
+pub mod sequence;
 pub mod text;
 pub mod validate;
 

@@ -22,7 +22,7 @@ use crate::ensemble_scheduler::plan;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::model::{Model, VersionSource};
-use crate::model_config::{autocomplete, file_names, validate::validate};
+use crate::model_config::{autocomplete, file_names, sequence, validate::validate};
 use crate::model_repository_manager::Members;
 use crate::repository::{ModelFiles, select_versions};
 
@@ -182,6 +182,9 @@ fn fill_defaults(config: &mut ModelConfig, kind: BackendKind) {
                 model_version_policy::Latest { num_versions: 1 },
             )),
         });
+    }
+    if let Some(SchedulingChoice::SequenceBatching(sequence)) = &mut config.scheduling_choice {
+        sequence::fill_defaults(sequence);
     }
     // Ensembles and remote models have no instances to group.
     if matches!(kind, BackendKind::Ensemble | BackendKind::Remote) {

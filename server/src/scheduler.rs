@@ -2,7 +2,9 @@
 //!
 //! As in Triton: the default scheduler hands each request to the next free
 //! instance; the dynamic batcher ([`crate::dynamic_batch_scheduler`])
-//! queues requests and forms batches; both feed the same
+//! queues requests and forms batches; the sequence batcher
+//! ([`crate::sequence_batcher`]) keeps each sequence on one instance and
+//! carries its state; all feed an
 //! [`InstancePool`](crate::instance_pool::InstancePool). An ensemble
 //! ([`crate::ensemble_scheduler`]) has no instances: it sends each step to
 //! its member model. A remote model ([`crate::backend::remote`]) sends each
@@ -24,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, Job};
 use crate::metrics::model::GaugeGuard;
 use crate::parameter::Parameters;
+use crate::sequence_batcher::SequenceBatcher;
 use crate::statistics::{ComputeTiming, ModelStatistics};
 use crate::tensor::Tensor;
 use crate::trace::RequestTrace;
@@ -71,6 +74,8 @@ pub enum Scheduler {
     Default(InstancePool),
     /// Triton's dynamic batcher in front of the instances.
     Dynamic(Arc<DynamicBatchScheduler>),
+    /// Triton's sequence batcher: stateful models, one instance per sequence.
+    Sequence(SequenceBatcher),
     /// Triton's ensemble: a DAG of other models, no instances of its own.
     Ensemble(EnsembleScheduler),
     /// Another server's model, called over KServe v2 gRPC.
@@ -93,6 +98,11 @@ impl Scheduler {
             }
             Scheduler::Dynamic(batcher) => {
                 // The batch key is read before the inputs move into the payload.
+                let key = BatchKey::of(&inputs);
+                let parameters = work.parameters;
+                on_instances(inputs, work, statistics, |p| batcher.enqueue(p, key, parameters)).await
+            }
+            Scheduler::Sequence(batcher) => {
                 let key = BatchKey::of(&inputs);
                 let parameters = work.parameters;
                 on_instances(inputs, work, statistics, |p| batcher.enqueue(p, key, parameters)).await
@@ -150,9 +160,9 @@ impl Scheduler {
         match self {
             Scheduler::Default(pool) => pool.try_submit(Job::single(pending))?,
             Scheduler::Dynamic(batcher) => batcher.enqueue(pending, key, work.parameters)?,
-            Scheduler::Ensemble(_) | Scheduler::Remote(_) => {
+            Scheduler::Sequence(_) | Scheduler::Ensemble(_) | Scheduler::Remote(_) => {
                 return Err(Error::unsupported(
-                    "decoupled ensembles and remote models are not supported yet",
+                    "decoupled sequence models, ensembles and remote models are not supported yet",
                 ));
             }
         }

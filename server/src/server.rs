@@ -26,6 +26,7 @@ use crate::trace::settings::{Change as TraceChange, Effective as TraceEffective}
 /// The protocol extensions this server implements, as `/v2` lists them.
 pub const EXTENSIONS: &[&str] = &[
     "classification",
+    "sequence",
     "model_repository",
     "schedule_policy",
     "model_configuration",

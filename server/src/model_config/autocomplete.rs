@@ -11,7 +11,7 @@
 
 use nereid_proto::inference::{ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput, model_config};
 
-use super::{DEFAULT_MAX_BATCH_SIZE, model_dims};
+use super::{DEFAULT_MAX_BATCH_SIZE, model_dims, sequence};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 
@@ -58,8 +58,30 @@ pub fn complete(config: &mut ModelConfig, signature: &ModelSignature) -> Result<
         }
     }
     let batch_dims = usize::from(config.max_batch_size > 0);
-    fill(&mut config.input, &signature.inputs, batch_dims);
-    fill(&mut config.output, &signature.outputs, batch_dims);
+    // Control and state tensors are the server's to feed and keep, never
+    // the client's: they stay out of input and output.
+    let implicit_inputs: Vec<String> = sequence::implicit_inputs(config)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let implicit_outputs: Vec<String> = sequence::implicit_outputs(config)
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let inputs: Vec<TensorSignature> = signature
+        .inputs
+        .iter()
+        .filter(|t| !implicit_inputs.contains(&t.name))
+        .cloned()
+        .collect();
+    let outputs: Vec<TensorSignature> = signature
+        .outputs
+        .iter()
+        .filter(|t| !implicit_outputs.contains(&t.name))
+        .cloned()
+        .collect();
+    fill(&mut config.input, &inputs, batch_dims);
+    fill(&mut config.output, &outputs, batch_dims);
     Ok(())
 }
 
@@ -136,8 +158,9 @@ pub fn check_against(config: &ModelConfig, signature: &ModelSignature) -> Result
         })?;
         check_tensor("input", &input.name, input.data_type, model_dims(input), t, batch)?;
     }
+    let implicit = sequence::implicit_inputs(config);
     for t in &signature.inputs {
-        if !config.input.iter().any(|i| i.name == t.name) {
+        if !config.input.iter().any(|i| i.name == t.name) && !implicit.contains(&t.name.as_str()) {
             return Err(Error::invalid(format!(
                 "model file has input '{}' that the configuration does not list",
                 t.name
@@ -161,6 +184,41 @@ pub fn check_against(config: &ModelConfig, signature: &ModelSignature) -> Result
             .as_ref()
             .map_or(output.dims.as_slice(), |r| r.shape.as_slice());
         check_tensor("output", &output.name, output.data_type, dims, t, batch)?;
+    }
+    for name in implicit {
+        if !signature.inputs.iter().any(|t| t.name == name) {
+            return Err(Error::invalid(format!(
+                "sequence_batching feeds input '{name}', which the model file does not have; its inputs are: {}",
+                names(&signature.inputs)
+            )));
+        }
+    }
+    if let Some(batching) = sequence::of(config) {
+        for state in &batching.state {
+            let Some(t) = signature.outputs.iter().find(|t| t.name == state.output_name) else {
+                return Err(Error::invalid(format!(
+                    "state output '{}' is not an output of the model file; its outputs are: {}",
+                    state.output_name,
+                    names(&signature.outputs)
+                )));
+            };
+            let model = signature
+                .inputs
+                .iter()
+                .find(|t| t.name == state.input_name)
+                .and_then(|t| t.datatype);
+            let config_type = DataType::from_config(state.data_type);
+            for (what, file) in [("input", model), ("output", t.datatype)] {
+                if let (Some(file), Some(config_type)) = (file, config_type)
+                    && file != config_type
+                {
+                    return Err(Error::invalid(format!(
+                        "state '{}' is {config_type} in the configuration but its {what} is {file} in the model file",
+                        state.input_name
+                    )));
+                }
+            }
+        }
     }
     Ok(())
 }

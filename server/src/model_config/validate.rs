@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::tensor::element_count;
 
 pub fn validate(config: &ModelConfig) -> Result<()> {
-    not_yet_supported(config)?;
+    check_scheduling(config)?;
     if config.max_batch_size < 0 {
         return Err(Error::invalid(format!(
             "max_batch_size must be >= 0, got {}",
@@ -68,13 +68,16 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
-/// Features a config can ask for that this server does not have yet. Such a
-/// model must not load: served statelessly, it would answer wrongly.
-fn not_yet_supported(config: &ModelConfig) -> Result<()> {
+/// Scheduling that does not fit the model: a choice meant for another kind
+/// of model, or a combination this server does not have yet (such a model
+/// must not load: served otherwise, it would answer wrongly).
+fn check_scheduling(config: &ModelConfig) -> Result<()> {
     match &config.scheduling_choice {
-        Some(SchedulingChoice::SequenceBatching(_)) => {
+        Some(SchedulingChoice::SequenceBatching(_))
+            if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) =>
+        {
             return Err(Error::unsupported(
-                "sequence_batching (stateful models) is not supported by this server yet; the model would lose its state between requests",
+                "decoupled models with sequence_batching are not supported by this server yet",
             ));
         }
         Some(SchedulingChoice::EnsembleScheduling(_)) if config.platform != "ensemble" => {
@@ -90,13 +93,20 @@ fn not_yet_supported(config: &ModelConfig) -> Result<()> {
                 config.name
             )));
         }
-        Some(SchedulingChoice::DynamicBatching(_)) if config.backend == "remote" => {
+        Some(SchedulingChoice::DynamicBatching(_) | SchedulingChoice::SequenceBatching(_))
+            if config.backend == "remote" =>
+        {
             return Err(Error::invalid(format!(
-                "remote model '{}' cannot have dynamic_batching: the remote server batches its requests",
+                "remote model '{}' cannot have dynamic_batching or sequence_batching: the remote server schedules its requests",
                 config.name
             )));
         }
-        Some(SchedulingChoice::EnsembleScheduling(_) | SchedulingChoice::DynamicBatching(_)) | None => {}
+        Some(
+            SchedulingChoice::EnsembleScheduling(_)
+            | SchedulingChoice::DynamicBatching(_)
+            | SchedulingChoice::SequenceBatching(_),
+        )
+        | None => {}
     }
     Ok(())
 }
@@ -187,12 +197,15 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_serve_yet() {
         let io = r#"input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#;
-        let stateful = format!("{io} sequence_batching {{ max_sequence_idle_microseconds: 5000000 }}");
-        let err = validate(&parse(&stateful).unwrap()).unwrap_err();
+        let both = format!("{io} sequence_batching {{ }} model_transaction_policy {{ decoupled: true }}");
+        let err = validate(&parse(&both).unwrap()).unwrap_err();
         assert_eq!(err.kind(), crate::error::ErrorKind::Unsupported);
-        assert!(err.message().contains("sequence_batching"), "{err}");
-        assert!(err.message().contains("not supported by this server yet"), "{err}");
-        // Whether the backend can stream is checked when it is known.
+        assert!(
+            err.message().contains("decoupled models with sequence_batching"),
+            "{err}"
+        );
+        // Each alone is fine here; whether the backend can stream is checked when it is known.
+        validate(&parse(&format!("{io} sequence_batching {{ }}")).unwrap()).unwrap();
         validate(&parse(&format!("{io} model_transaction_policy {{ decoupled: true }}")).unwrap()).unwrap();
     }
 }
