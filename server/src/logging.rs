@@ -192,6 +192,23 @@ impl LogControl {
 /// Installs the global subscriber: stderr, text or JSON, filtered by
 /// `control` (and by `RUST_LOG` when it is set).
 pub fn install(control: &Arc<LogControl>, ansi: bool) {
+    // Without `RUST_LOG` there must be no filter layer at all: an empty
+    // `Option` layer counts as one that wants every span, and then every
+    // library's spans are built on every request.
+    match std::env::var("RUST_LOG") {
+        Ok(narrowing) => tracing_subscriber::registry()
+            .with(EnvFilter::new(narrowing))
+            .with(stderr(control, ansi))
+            .init(),
+        Err(_) => tracing_subscriber::registry().with(stderr(control, ansi)).init(),
+    }
+}
+
+/// The text and the JSON layer, only one of them on at a time.
+fn stderr<S>(control: &Arc<LogControl>, ansi: bool) -> impl Layer<S> + Send + Sync
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
     let text_control = Arc::clone(control);
     let json_control = Arc::clone(control);
     let text = fmt::layer()
@@ -206,12 +223,7 @@ pub fn install(control: &Arc<LogControl>, ansi: bool) {
         .with_filter(filter_fn(move |meta| {
             json_control.json() && json_control.enabled(*meta.level(), meta.target())
         }));
-    let narrowing = std::env::var("RUST_LOG").ok().map(EnvFilter::new);
-    tracing_subscriber::registry()
-        .with(narrowing)
-        .with(text)
-        .with(json)
-        .init();
+    text.and_then(json)
 }
 
 #[cfg(test)]
