@@ -26,6 +26,7 @@
 //!
 //! Comparisons:
 //! - [`chain`] — an ensemble against its steps called one by one by the client.
+//! - [`vad`] — real-time streams against a stateful model, and the model run directly.
 
 pub mod binary_ext;
 pub mod chain;
@@ -43,3 +44,4 @@ pub mod metadata;
 pub mod perf;
 pub mod request;
 pub mod tensor;
+pub mod vad;

@@ -116,6 +116,10 @@ pub struct Book<T> {
     backlog: VecDeque<CorrelationId>,
     released: VecDeque<CorrelationId>,
     released_set: HashSet<CorrelationId>,
+    /// When to look at every sequence again (idle ones to release, queues
+    /// whose clients left): the earliest a sequence can go idle, so a poll
+    /// in between costs nothing per sequence.
+    sweep_at: Option<Instant>,
 }
 
 impl<T: Item> Book<T> {
@@ -145,6 +149,7 @@ impl<T: Item> Book<T> {
             backlog: VecDeque::new(),
             released: VecDeque::new(),
             released_set: HashSet::new(),
+            sweep_at: None,
         }
     }
 
@@ -205,6 +210,8 @@ impl<T: Item> Book<T> {
         }
         if place.is_none() {
             self.backlog.push_back(id.clone());
+            // Its clients may all leave while it waits.
+            self.sweep_by(now + self.idle);
         }
         if self.released_set.remove(&id) {
             self.released.retain(|r| r != &id);
@@ -226,9 +233,12 @@ impl<T: Item> Book<T> {
     /// Drops what went away, releases what went idle, and forms the batch
     /// of every idle instance that should run now.
     pub fn poll(&mut self, now: Instant) -> Polled<T> {
-        let mut wake = None;
-        self.prune();
-        self.reap(now, &mut wake);
+        if self.sweep_at.is_some_and(|at| at <= now) {
+            self.sweep_at = None;
+            self.prune_all();
+            self.reap(now);
+        }
+        let mut wake = self.sweep_at;
         let mut batches = Vec::new();
         for lane in 0..self.lanes.len() {
             if self.lanes[lane].busy {
@@ -258,8 +268,14 @@ impl<T: Item> Book<T> {
             }
             if row.end && sequence.queue.is_empty() {
                 self.release(&row.id);
+            } else if sequence.queue.is_empty() {
+                self.sweep_by(now + self.idle);
             }
         }
+    }
+
+    fn sweep_by(&mut self, at: Instant) {
+        earliest(&mut self.sweep_at, at);
     }
 
     /// Everything still queued, for when the model goes away.
@@ -332,35 +348,21 @@ impl<T: Item> Book<T> {
         }
     }
 
-    /// Drops requests whose clients went away from the front of each
-    /// queue. A dropped START passes its flag to the next request; a
-    /// sequence whose dropped END was its last request ends.
-    fn prune(&mut self) {
-        let mut ended = Vec::new();
-        for (id, sequence) in &mut self.sequences {
-            if sequence.in_flight {
-                continue;
-            }
-            let mut start = false;
-            let mut end = false;
-            while sequence.queue.front().is_some_and(|q| !q.item.is_live()) {
-                let gone = sequence.queue.pop_front().expect("checked");
-                start |= gone.start;
-                end = gone.end;
-            }
-            match sequence.queue.front_mut() {
-                Some(next) => next.start |= start,
-                None if end => ended.push(id.clone()),
-                None => {}
-            }
-        }
+    /// [`prune`]s every queue.
+    fn prune_all(&mut self) {
+        let ended: Vec<CorrelationId> = self
+            .sequences
+            .iter_mut()
+            .filter_map(|(id, s)| prune(s).then(|| id.clone()))
+            .collect();
         for id in ended {
             self.release(&id);
         }
     }
 
-    /// Releases placed sequences that have been idle too long.
-    fn reap(&mut self, now: Instant, wake: &mut Option<Instant>) {
+    /// Releases placed sequences that have been idle too long, and sets
+    /// the next sweep.
+    fn reap(&mut self, now: Instant) {
         let mut idle = Vec::new();
         let mut abandoned = Vec::new();
         for (id, sequence) in &self.sequences {
@@ -377,7 +379,7 @@ impl<T: Item> Book<T> {
             if due <= now {
                 idle.push(id.clone());
             } else {
-                earliest(wake, due);
+                earliest(&mut self.sweep_at, due);
             }
         }
         for id in abandoned {
@@ -394,10 +396,14 @@ impl<T: Item> Book<T> {
             self.released_set.insert(id.clone());
             self.released.push_back(id);
         }
+        if !self.backlog.is_empty() {
+            self.sweep_by(now + self.idle);
+        }
     }
 
     /// The next batch of `lane`, if it should run now.
     fn batch(&mut self, lane: usize, now: Instant, wake: &mut Option<Instant>) -> Option<Vec<Row<T>>> {
+        self.prune_lane(lane, now);
         let ready = |s: &Sequence<T>| !s.in_flight && !s.queue.is_empty();
         let mut candidates: Vec<CorrelationId> = match &self.strategy {
             Strategy::Direct { .. } => self.lanes[lane]
@@ -470,6 +476,52 @@ impl<T: Item> Book<T> {
             })
             .collect();
         Some(rows)
+    }
+}
+
+impl<T: Item> Book<T> {
+    /// Drops what went away from the queues of `lane`'s sequences before
+    /// they are batched.
+    fn prune_lane(&mut self, lane: usize, now: Instant) {
+        let members: Vec<CorrelationId> = match &self.strategy {
+            Strategy::Direct { .. } => self.lanes[lane].slots.iter().flatten().cloned().collect(),
+            Strategy::Oldest { .. } => self.lanes[lane].members.clone(),
+        };
+        for id in members {
+            let Some(sequence) = self.sequences.get_mut(&id) else {
+                continue;
+            };
+            let had = sequence.queue.len();
+            if prune(sequence) {
+                self.release(&id);
+            } else if had > 0 && sequence.queue.is_empty() {
+                self.sweep_by(now + self.idle);
+            }
+        }
+    }
+}
+
+/// Drops the requests whose clients went away from the front of a queue
+/// that is not executing. A dropped START passes its flag to the next
+/// request; true when a dropped END was the sequence's last request (it
+/// ends).
+fn prune<T: Item>(sequence: &mut Sequence<T>) -> bool {
+    if sequence.in_flight {
+        return false;
+    }
+    let mut start = false;
+    let mut end = false;
+    while sequence.queue.front().is_some_and(|q| !q.item.is_live()) {
+        let gone = sequence.queue.pop_front().expect("checked");
+        start |= gone.start;
+        end = gone.end;
+    }
+    match sequence.queue.front_mut() {
+        Some(next) => {
+            next.start |= start;
+            false
+        }
+        None => end,
     }
 }
 
