@@ -117,7 +117,8 @@ pub struct Latency {
 
 /// CPU seconds (user + system) of a process so far.
 fn cpu_seconds(pid: &str, ticks: u64) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("reading /proc/{pid}/stat"))?;
+    let stat =
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("reading /proc/{pid}/stat"))?;
     Ok(cpu_ticks(&stat).with_context(|| format!("parsing /proc/{pid}/stat"))? as f64 / ticks as f64)
 }
 
