@@ -3,8 +3,12 @@
 # machine (loopback only; every process started here is stopped by PID):
 #
 #   A. overhead: one identity pod (FP32[256]), gRPC at concurrency 1 and 32,
-#      direct and through the gateway: the p50 the gateway adds, and its CPU
-#      time per request against the server's own (both from /proc).
+#      direct and through the gateway (its default worker threads, then
+#      one): the p50 the gateway adds, and its CPU time per request (from
+#      /proc, over requests the pod counted) against the server's, both the
+#      server's behind the gateway (the same requests, but multiplexed on
+#      one connection, which costs the server less) and the server's when
+#      clients call it directly.
 #   B. spread: three identity pods behind the gateway, every worker on ONE
 #      gRPC connection (as one client application): each pod's share.
 #   C. tail: three pods, one ten times slower (10 ms against 1 ms per
@@ -98,47 +102,47 @@ print("%.0f %d %d" % (r["throughput"], r["p50_us"], r["p99_us"]))' "$out/$1.json
 }
 
 echo "== A. overhead: one pod, direct and through the gateway"
+# inferences PORT: how many the pod on PORT (HTTP) has answered.
+inferences() {
+    curl -s "http://127.0.0.1:$1/v2/models/identity/stats" \
+        | python3 -c 'import json,sys; print(json.load(sys.stdin)["model_stats"][0]["inference_count"])'
+}
 pod a-pod 0 18100; server_pid=$last_pid
-gateway a-gateway least-loaded 127.0.0.1:18100,127.0.0.1:18101; gateway_pid=$last_pid
-for c in 1 32; do
-    s0=$(cpu_ticks "$server_pid")
-    perf "a-direct-c$c" 127.0.0.1:18101 "$c"
-    s1=$(cpu_ticks "$server_pid"); g1=$(cpu_ticks "$gateway_pid")
-    perf "a-gateway-c$c" 127.0.0.1:18201 "$c"
-    s2=$(cpu_ticks "$server_pid"); g2=$(cpu_ticks "$gateway_pid")
-    read -r direct_rate direct_p50 direct_p99 <<<"$(summary "a-direct-c$c")"
-    read -r gw_rate gw_p50 gw_p99 <<<"$(summary "a-gateway-c$c")"
-    python3 - "$c" "$direct_rate" "$direct_p50" "$direct_p99" "$gw_rate" "$gw_p50" "$gw_p99" \
-        "$((s1 - s0))" "$((s2 - s1))" "$((g2 - g1))" "$interval" <<'EOF' | tee -a "$out/summary.txt"
+# The gateway with its default worker threads (one per CPU), then with one.
+for threads in default 1; do
+    flags=(); label=""
+    if [ "$threads" = 1 ]; then flags=(-- --worker-threads 1); label=", one worker thread"; fi
+    gateway "a-gateway-$threads" least-loaded 127.0.0.1:18100,127.0.0.1:18101 "${flags[@]}"; gateway_pid=$last_pid
+    for c in 1 32; do
+        n0=$(inferences 18100); s0=$(cpu_ticks "$server_pid")
+        perf "a-direct-$threads-c$c" 127.0.0.1:18101 "$c"
+        n1=$(inferences 18100); s1=$(cpu_ticks "$server_pid"); g1=$(cpu_ticks "$gateway_pid")
+        perf "a-gateway-$threads-c$c" 127.0.0.1:18201 "$c"
+        n2=$(inferences 18100); s2=$(cpu_ticks "$server_pid"); g2=$(cpu_ticks "$gateway_pid")
+        read -r direct_rate direct_p50 direct_p99 <<<"$(summary "a-direct-$threads-c$c")"
+        read -r gw_rate gw_p50 gw_p99 <<<"$(summary "a-gateway-$threads-c$c")"
+        python3 - "$c$label" "$direct_rate" "$direct_p50" "$direct_p99" "$gw_rate" "$gw_p50" "$gw_p99" \
+            "$((n1 - n0))" "$((s1 - s0))" "$((n2 - n1))" "$((s2 - s1))" "$((g2 - g1))" "$(getconf CLK_TCK)" \
+            <<'EOF' | tee -a "$out/summary.txt"
 import sys
-c, dr, dp50, dp99, gr, gp50, gp99, s_direct, s_gw, g_gw, interval = sys.argv[1:]
-# Requests each run made: its rate over its measured windows is not known
-# here, so CPU per request uses the CPU over the whole run (warm-up and
-# every window) against the server's own, which saw the same requests.
-ratio = int(g_gw) / max(int(s_gw), 1)
+c, dr, dp50, dp99, gr, gp50, gp99, n_direct, s_direct, n_gw, s_gw, g_gw, hz = sys.argv[1:]
+# CPU per request over each whole run (warm-up and every window), the
+# requests counted by the pod itself.
+def per_request(ticks, requests):
+    return int(ticks) / int(hz) * 1e6 / max(int(requests), 1)
+server_direct = per_request(s_direct, n_direct)
+server_behind = per_request(s_gw, n_gw)
+gateway = per_request(g_gw, n_gw)
 print(f"c={c}: direct {float(dr):.0f} infer/s p50 {dp50} us p99 {dp99} us | "
-      f"gateway {float(gr):.0f} infer/s p50 {gp50} us p99 {gp99} us | "
-      f"added p50 {int(gp50) - int(dp50)} us | gateway CPU / server CPU {ratio:.2f} "
-      f"(ticks: server {s_gw}, gateway {g_gw}; server alone direct {s_direct})")
+      f"gateway {float(gr):.0f} infer/s p50 {gp50} us p99 {gp99} us | added p50 {int(gp50) - int(dp50)} us | "
+      f"CPU per request: gateway {gateway:.0f} us, server {server_behind:.0f} us behind it, "
+      f"{server_direct:.0f} us direct | gateway / server, same requests {gateway / server_behind:.2f}; "
+      f"/ server direct {gateway / server_direct:.2f}")
 EOF
+    done
+    stop "$gateway_pid"
 done
-stop "$gateway_pid"
-# The same through a gateway with one worker thread (--worker-threads 1).
-gateway a-gateway-1t least-loaded 127.0.0.1:18100,127.0.0.1:18101 -- --worker-threads 1; gateway_pid=$last_pid
-for c in 1 32; do
-    s1=$(cpu_ticks "$server_pid"); g1=$(cpu_ticks "$gateway_pid")
-    perf "a-gateway-1t-c$c" 127.0.0.1:18201 "$c"
-    s2=$(cpu_ticks "$server_pid"); g2=$(cpu_ticks "$gateway_pid")
-    read -r _ direct_p50 _ <<<"$(summary "a-direct-c$c")"
-    read -r gw_rate gw_p50 gw_p99 <<<"$(summary "a-gateway-1t-c$c")"
-    python3 - "$c" "$direct_p50" "$gw_rate" "$gw_p50" "$gw_p99" "$((s2 - s1))" "$((g2 - g1))" <<'EOF' | tee -a "$out/summary.txt"
-import sys
-c, dp50, gr, gp50, gp99, s_gw, g_gw = sys.argv[1:]
-print(f"c={c}, one worker thread: gateway {float(gr):.0f} infer/s p50 {gp50} us p99 {gp99} us | "
-      f"added p50 {int(gp50) - int(dp50)} us | gateway CPU / server CPU {int(g_gw) / max(int(s_gw), 1):.2f}")
-EOF
-done
-stop "$gateway_pid"; stop "$server_pid"; pids=()
+stop "$server_pid"; pids=()
 
 echo "== B. spread: three pods, one gRPC connection, concurrency 32"
 pod b-pod0 0 18110; pod b-pod1 0 18120; pod b-pod2 0 18130

@@ -8,17 +8,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use h2::SendStream;
 use http::header::{self, HeaderName};
 use http::{HeaderMap, Method, Request, Response, Uri, Version};
-use hyper::body::Incoming;
 use thiserror::Error;
 
 use crate::Protocol;
+use crate::h2_body::{H2Body, send_paced};
 use crate::metrics::{Failure, Metrics};
-use crate::pool::{Pool, SendError};
+use crate::pool::{self, Pool, SendError};
 use crate::registry::{Address, RouteError};
 use crate::reply_body::{Answer, Reply};
-use crate::request_body::Outgoing;
 use crate::router::Router;
 
 /// A request's body as the front end read it.
@@ -27,7 +27,7 @@ pub enum Payload {
     /// Read whole: can be sent again.
     Whole(Vec<Bytes>),
     /// A stream: sent once, to one pod, for its whole life.
-    Streaming(Vec<Bytes>, Incoming),
+    Streaming(Vec<Bytes>, H2Body),
 }
 
 /// One request to forward.
@@ -102,13 +102,14 @@ impl Upstream {
             started,
         } = request;
         strip_hop_by_hop(&mut headers, protocol);
-        // A whole body is sent as a copy of its chunk list (reference
-        // counts), so it can be sent again; a stream is handed back unsent
-        // when its attempt fails before sending.
+        // A whole body is sent from its chunk list (reference counts, not
+        // copies), so it can be sent again; a stream goes once, and stays
+        // here until an attempt opens a stream for it.
         let (whole, mut stream) = match body {
             Payload::Whole(chunks) => (Some(chunks), None),
-            Payload::Streaming(head, rest) => (None, Some(Outgoing::streaming(head, rest))),
+            Payload::Streaming(head, rest) => (None, Some((head, rest))),
         };
+        let end_of_stream = whole.as_ref().is_some_and(Vec::is_empty);
         let mut tried: Vec<Address> = Vec::new();
         let mut last_error = String::new();
         // The model's full name, once resolved (for errors after retries).
@@ -137,15 +138,22 @@ impl Upstream {
             };
             let address = route.address(protocol);
             let last_attempt = tried.len() + 1 >= self.options.attempts;
-            let outgoing = match stream.take() {
-                Some(stream) => stream,
-                None => Outgoing::whole(whole.clone().unwrap_or_default()),
-            };
-            let upstream = build(&method, address, path, &headers, outgoing);
             let in_flight = route.endpoint.load.start();
             let model_label = Arc::clone(&route.model);
             resolved = Some(Arc::clone(&model_label));
-            match self.pool.send(address, upstream).await {
+            let upstream = build(&method, address, path, &headers);
+            let exchange = match self.pool.open(address, upstream, end_of_stream).await {
+                Ok((response, mut send)) => {
+                    if let Some(chunks) = &whole {
+                        send_whole(&mut send, chunks);
+                    } else if let Some((head, rest)) = stream.take() {
+                        tokio::spawn(pump(head, rest, send));
+                    }
+                    pool::answer(response).await
+                }
+                Err(error) => Err(error),
+            };
+            match exchange {
                 // A pod that is starting or going away ran nothing of it.
                 Ok(response)
                     if response.headers().contains_key(nereid_proto::NOT_SERVING_HEADER)
@@ -170,16 +178,13 @@ impl Upstream {
                     let answer = Answer::new(body, in_flight, latency, started);
                     return Ok(Response::from_parts(parts, Reply::Forwarded(answer)));
                 }
-                Err(SendError::NotSent { reason, request }) => {
+                Err(SendError::NotSent(reason)) => {
                     route.endpoint.load.failed(Instant::now(), router.ejection());
                     metrics.failed(&model_label, Failure::Connect);
                     tracing::debug!(model = %model_label, %address, %reason, "request not sent; trying another pod");
-                    last_error = format!("{address}: {reason}");
+                    last_error = reason;
                     tried.push(route.endpoint.address);
-                    if whole.is_none() {
-                        stream = request.map(|r| r.into_body());
-                    }
-                    if last_attempt || (whole.is_none() && stream.is_none()) {
+                    if last_attempt {
                         return Err(ForwardError::Unreachable {
                             model: model_label.to_string(),
                             attempts: tried.len(),
@@ -209,14 +214,64 @@ impl Upstream {
     }
 }
 
-fn build(method: &Method, address: SocketAddr, path: &str, headers: &HeaderMap, body: Outgoing) -> Request<Outgoing> {
+/// Queues a whole body on its stream at once, without waiting for the
+/// pod's window (the body is bounded by the gateway's limit), so that it
+/// leaves in the same write as the headers. A stream that broke meanwhile
+/// says so in its answer.
+fn send_whole(send: &mut SendStream<Bytes>, chunks: &[Bytes]) {
+    for (index, chunk) in chunks.iter().enumerate() {
+        if let Err(error) = send.send_data(chunk.clone(), index + 1 == chunks.len()) {
+            tracing::debug!(%error, "sending a request body failed");
+            return;
+        }
+    }
+}
+
+/// Passes a client's stream on to its pod as it arrives, paced by the
+/// pod's window, until the client ends it. A client that resets its stream
+/// resets the pod's, and a pod that resets its stream ends the pumping.
+async fn pump(head: Vec<Bytes>, mut rest: H2Body, mut send: SendStream<Bytes>) {
+    for chunk in head {
+        if send_paced(&mut send, chunk).await.is_err() {
+            return;
+        }
+    }
+    loop {
+        let next = std::future::poll_fn(|cx| {
+            if let std::task::Poll::Ready(reset) = send.poll_reset(cx) {
+                return std::task::Poll::Ready(Err(reset));
+            }
+            rest.poll_chunk(cx).map(Ok)
+        })
+        .await;
+        match next {
+            Ok(Some(Ok(chunk))) => {
+                if send_paced(&mut send, chunk).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => {
+                let _ = send.send_data(Bytes::new(), true);
+                return;
+            }
+            Ok(Some(Err(error))) => {
+                tracing::debug!(%error, "a client's stream broke; resetting the pod's");
+                send.send_reset(h2::Reason::CANCEL);
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn build(method: &Method, address: SocketAddr, path: &str, headers: &HeaderMap) -> Request<()> {
     let uri = Uri::builder()
         .scheme("http")
         .authority(address.to_string())
         .path_and_query(path)
         .build()
         .expect("a socket address and a path the front end parsed make a URI");
-    let mut request = Request::new(body);
+    let mut request = Request::new(());
     *request.method_mut() = method.clone();
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_2;

@@ -9,13 +9,16 @@
 //! metadata comes from any ready pod. Loading and unloading belong to the
 //! InferenceModel, and shared memory to one pod: both are refused here.
 
-use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Instant;
 
 use bytes::Bytes;
+use h2::RecvStream;
+use h2::server::SendResponse;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use nereid_proto::inference::repository_index_response::ModelIndex;
 use nereid_proto::inference::{
     RepositoryIndexRequest, RepositoryIndexResponse, ServerLiveResponse, ServerMetadataResponse, ServerReadyResponse,
@@ -23,7 +26,9 @@ use nereid_proto::inference::{
 use prost::Message;
 
 use crate::forward::{Forward, ForwardError, Payload};
+use crate::grpc_answer;
 use crate::grpc_reply::{self, Code};
+use crate::h2_body::H2Body;
 use crate::metrics::Failure;
 use crate::model_name::{self, FrameError};
 use crate::registry::RouteError;
@@ -33,27 +38,52 @@ use crate::state::Gateway;
 use crate::{NAMESPACE_HEADER, Protocol};
 
 const SERVICE: &str = "/inference.GRPCInferenceService/";
+const STREAM_INFER: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
-pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<Response<Reply>, Infallible> {
+/// A unary call's answer up to this size is read whole before any of it is
+/// sent on, so that its headers, message and trailers leave in one write;
+/// a larger one, and every stream's, is passed on as it arrives.
+const WHOLE_ANSWER_BYTES: usize = 1 << 20;
+
+/// One call on the gRPC port, from its headers to its last answer. A client
+/// that resets its stream before the answer drops the call, and with it the
+/// stream to the pod (which h2 then resets: the pod stops the work).
+pub async fn call(gateway: Arc<Gateway>, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    let streaming = request.uri().path() == STREAM_INFER;
+    let mut answer = pin!(serve(&gateway, request.map(H2Body::new)));
+    let answered = poll_fn(|cx| {
+        if let Poll::Ready(response) = answer.as_mut().poll(cx) {
+            return Poll::Ready(Some(response));
+        }
+        respond.poll_reset(cx).map(|_| None)
+    })
+    .await;
+    if let Some(response) = answered {
+        let gather = if streaming { 0 } else { WHOLE_ANSWER_BYTES };
+        grpc_answer::send(&mut respond, response, gather).await;
+    }
+}
+
+async fn serve(gateway: &Gateway, request: Request<H2Body>) -> Response<Reply> {
     let started = Instant::now();
     let path = request.uri().path();
     let Some(method) = path.strip_prefix(SERVICE) else {
-        return Ok(grpc_reply::status(
+        return grpc_reply::status(
             Code::Unimplemented,
             &format!("the gateway serves inference.GRPCInferenceService only, not {path}"),
-        ));
+        );
     };
-    Ok(match method {
+    match method {
         "ModelInfer" | "ModelReady" | "ModelMetadata" | "ModelConfig" | "ModelStatistics" => {
-            per_model(&gateway, request, started, false).await
+            per_model(gateway, request, started, false).await
         }
-        "ModelStreamInfer" => per_model(&gateway, request, started, true).await,
+        "ModelStreamInfer" => per_model(gateway, request, started, true).await,
         "ServerLive" => grpc_reply::message(&ServerLiveResponse { live: true }),
         "ServerReady" => grpc_reply::message(&ServerReadyResponse {
             ready: gateway.router.synced(),
         }),
-        "ServerMetadata" => server_metadata(&gateway, request, started).await,
-        "RepositoryIndex" => repository_index(&gateway, request).await,
+        "ServerMetadata" => server_metadata(gateway, request, started).await,
+        "RepositoryIndex" => repository_index(gateway, request).await,
         "RepositoryModelLoad" | "RepositoryModelUnload" => grpc_reply::status(
             Code::FailedPrecondition,
             "models are loaded and unloaded by their InferenceModel objects, not through the gateway: \
@@ -63,11 +93,11 @@ pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<
             Code::Unimplemented,
             &format!("{other} is about one server; the gateway routes per request, so call a pod directly for it"),
         ),
-    })
+    }
 }
 
 /// A call about one model: routed by the name in its (first) message.
-async fn per_model(gateway: &Gateway, request: Request<Incoming>, started: Instant, stream: bool) -> Response<Reply> {
+async fn per_model(gateway: &Gateway, request: Request<H2Body>, started: Instant, stream: bool) -> Response<Reply> {
     let (parts, body) = request.into_parts();
     // A unary call is read whole (it can then be retried); a stream only
     // until its first message names the model.
@@ -169,7 +199,7 @@ fn name_of(chunks: &[Bytes]) -> Result<Option<String>, FrameError> {
 }
 
 /// Server metadata from any ready pod; the gateway's own when none is.
-async fn server_metadata(gateway: &Gateway, request: Request<Incoming>, started: Instant) -> Response<Reply> {
+async fn server_metadata(gateway: &Gateway, request: Request<H2Body>, started: Instant) -> Response<Reply> {
     let Some(route) = gateway.router.any() else {
         return grpc_reply::message(&ServerMetadataResponse {
             name: "nereid-gateway".into(),
@@ -198,7 +228,7 @@ async fn server_metadata(gateway: &Gateway, request: Request<Incoming>, started:
 }
 
 /// The cluster's models and their states, from discovery.
-async fn repository_index(gateway: &Gateway, request: Request<Incoming>) -> Response<Reply> {
+async fn repository_index(gateway: &Gateway, request: Request<H2Body>) -> Response<Reply> {
     let chunks = match read_while(request.into_body(), 1 << 16, |_, _| true).await {
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),

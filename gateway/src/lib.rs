@@ -26,19 +26,24 @@
 //!
 //! - [`discovery`]: the registry kept up to date from InferenceModels,
 //!   ModelEnsembles and EndpointSlices.
-//! - [`forward`]: pooled connections to pods, retries when a pod cannot be
-//!   reached; [`request_body`] and [`reply_body`]: bodies passed through
-//!   without copying.
-//! - [`grpc_front`], [`http_front`], [`admin_front`]: the three ports, served
-//!   by [`listen`].
+//! - [`forward`]: sending a request to a pod, retries when a pod cannot be
+//!   reached; [`pool`]: one HTTP/2 connection per pod, driven through `h2`
+//!   ([`h2_body`] says why), over [`corked`] sockets (one write per turn);
+//!   [`request_body`] and [`reply_body`]: bodies
+//!   passed through without copying.
+//! - [`grpc_front`] (with [`grpc_answer`] and [`grpc_reply`]), [`http_front`],
+//!   [`admin_front`]: the three ports, served by [`listen`].
 //! - [`metrics`]: `nereid_gateway_*` for Prometheus.
 
 pub mod admin_front;
 pub mod args;
+pub mod corked;
 pub mod discovery;
 pub mod forward;
+pub mod grpc_answer;
 pub mod grpc_front;
 pub mod grpc_reply;
+pub mod h2_body;
 pub mod http_front;
 pub mod listen;
 pub mod load;

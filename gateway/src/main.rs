@@ -15,9 +15,7 @@ use nereid_gateway::metrics::Metrics;
 use nereid_gateway::registry::Registry;
 use nereid_gateway::router::Router;
 use nereid_gateway::state::Gateway;
-use nereid_gateway::{
-    Ejection, Picker, PowerOfTwoChoices, RoundRobin, admin_front, discovery, grpc_front, http_front, listen,
-};
+use nereid_gateway::{Ejection, Picker, PowerOfTwoChoices, RoundRobin, admin_front, discovery, http_front, listen};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
@@ -98,12 +96,7 @@ async fn run(args: Args) -> Result<()> {
             http_front::serve,
             stop_fronts.clone(),
         )),
-        tokio::spawn(listen::serve(
-            grpc,
-            Arc::clone(&gateway),
-            grpc_front::serve,
-            stop_fronts.clone(),
-        )),
+        tokio::spawn(listen::serve_grpc(grpc, Arc::clone(&gateway), stop_fronts.clone())),
     ];
     let admin = tokio::spawn(listen::serve(
         admin,

@@ -2,39 +2,46 @@
 //! to it (gRPC on the pod's gRPC port; REST on its HTTP port, which speaks
 //! h2c too), made on first use and again after it closes.
 //!
-//! The gateway manages these itself rather than through a generic pooled
-//! client because it must know, for every failure, whether the request
-//! reached the pod: a connect that failed, or a request the connection
-//! handed back unsent (it was closing: GOAWAY), may go to another pod; a
-//! request that was sent never goes anywhere else.
+//! The gateway drives these through `h2` itself rather than a generic
+//! pooled client, for two reasons. It must know, for every failure, whether
+//! the request reached the pod: a connect that failed, or a stream the
+//! connection would not open (it was closing), may go to another pod; a
+//! request that was sent never goes anywhere else. And a request queued on
+//! its stream whole, headers and body from one task, leaves in one write
+//! (see [`crate::h2_body`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+use h2::client::{self, ResponseFuture, SendRequest};
+use h2::{Ping, SendStream};
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use parking_lot::Mutex;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
-use crate::request_body::Outgoing;
+use crate::corked;
+use crate::h2_body::H2Body;
+
+/// How often an open connection is pinged, and how long a pong may take
+/// before the connection is taken for dead (a pod gone without closing it).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Error)]
 pub enum SendError {
     /// The request was not sent: no connection, or the connection was
-    /// closing. It may go to another pod; the body is handed back.
-    #[error("{reason}")]
-    NotSent {
-        reason: String,
-        request: Option<Box<Request<Outgoing>>>,
-    },
+    /// closing. It may go to another pod.
+    #[error("{0}")]
+    NotSent(String),
     /// The request was sent, and the pod declared it unprocessed: a stream
     /// above its GOAWAY's last stream, or one it refused (REFUSED_STREAM).
-    /// Its body was consumed; a whole body may still go elsewhere.
+    /// A whole body may still go elsewhere.
     #[error("{0}")]
     Refused(String),
     /// The request was sent (or may have been), then the exchange failed.
@@ -42,9 +49,16 @@ pub enum SendError {
     Failed(String),
 }
 
+/// A connection's handle, and whether its connection has ended.
+#[derive(Clone)]
+struct Connection {
+    sender: SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
+}
+
 pub struct Pool {
     connect_timeout: Duration,
-    senders: Mutex<HashMap<SocketAddr, SendRequest<Outgoing>>>,
+    connections: Mutex<HashMap<SocketAddr, Connection>>,
     /// One connect at a time per address: the others wait for it.
     connecting: Mutex<HashMap<SocketAddr, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -53,45 +67,35 @@ impl Pool {
     pub fn new(connect_timeout: Duration) -> Self {
         Pool {
             connect_timeout,
-            senders: Mutex::new(HashMap::new()),
+            connections: Mutex::new(HashMap::new()),
             connecting: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Sends `request` to `address` over its connection.
-    pub async fn send(&self, address: SocketAddr, request: Request<Outgoing>) -> Result<Response<Incoming>, SendError> {
-        let mut sender = match self.sender(address).await {
-            Ok(sender) => sender,
-            Err(reason) => {
-                return Err(SendError::NotSent {
-                    reason,
-                    request: Some(Box::new(request)),
-                });
-            }
+    /// Opens a stream for `request` to `address`, its headers queued, ready
+    /// for its body (none when `end_of_stream`).
+    pub async fn open(
+        &self,
+        address: SocketAddr,
+        request: Request<()>,
+        end_of_stream: bool,
+    ) -> Result<(ResponseFuture, SendStream<Bytes>), SendError> {
+        let sender = self.sender(address).await.map_err(SendError::NotSent)?;
+        let opened = match sender.ready().await {
+            Ok(mut sender) => sender.send_request(request, end_of_stream),
+            Err(error) => Err(error),
         };
-        match sender.try_send_request(request).await {
-            Ok(response) => Ok(response),
-            Err(mut error) => {
-                let unsent = error.take_message();
-                let reason = error_chain(error.error());
-                match unsent {
-                    Some(request) => {
-                        self.forget(address);
-                        Err(SendError::NotSent {
-                            reason,
-                            request: Some(Box::new(request)),
-                        })
-                    }
-                    None if unprocessed(error.error()) => Err(SendError::Refused(reason)),
-                    None => Err(SendError::Failed(reason)),
-                }
-            }
-        }
+        opened.map_err(|error| {
+            // A connection that opens no stream is closing: the next
+            // request makes a new one.
+            self.forget(address);
+            SendError::NotSent(format!("{address}: {}", error_chain(&error)))
+        })
     }
 
     /// The connection to `address`, made if there is none open.
-    async fn sender(&self, address: SocketAddr) -> Result<SendRequest<Outgoing>, String> {
-        if let Some(sender) = self.open(address) {
+    async fn sender(&self, address: SocketAddr) -> Result<SendRequest<Bytes>, String> {
+        if let Some(sender) = self.open_connection(address) {
             return Ok(sender);
         }
         let lock = {
@@ -100,12 +104,14 @@ impl Pool {
             // records of those nobody is connecting to and whose connection
             // has closed, so neither map grows with the pods ever seen.
             connecting.retain(|_, lock| Arc::strong_count(lock) > 1);
-            self.senders.lock().retain(|_, sender| !sender.is_closed());
+            self.connections
+                .lock()
+                .retain(|_, connection| !connection.closed.load(Ordering::Acquire));
             Arc::clone(connecting.entry(address).or_default())
         };
         let _connecting = lock.lock().await;
         // Another request may have connected while this one waited.
-        if let Some(sender) = self.open(address) {
+        if let Some(sender) = self.open_connection(address) {
             return Ok(sender);
         }
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(address))
@@ -113,58 +119,85 @@ impl Pool {
             .map_err(|_| format!("connecting to {address} timed out after {:?}", self.connect_timeout))?
             .map_err(|e| format!("connecting to {address}: {e}"))?;
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
+        let (io, cork) = corked::cork(stream);
+        let handshake = client::Builder::new()
             // Tensors are large: windows that do not stall a 4 MiB request.
-            .initial_stream_window_size(4 << 20)
+            .initial_window_size(4 << 20)
             .initial_connection_window_size(16 << 20)
-            .keep_alive_interval(Duration::from_secs(30))
-            .keep_alive_timeout(Duration::from_secs(10))
-            .handshake(TokioIo::new(stream))
+            .handshake::<_, Bytes>(io);
+        let (sender, mut connection) = cork
+            .drive(&mut pin!(handshake))
             .await
             .map_err(|e| format!("HTTP/2 handshake with {address}: {}", error_chain(&e)))?;
+        let closed = Arc::new(AtomicBool::new(false));
+        let mut pings = connection.ping_pong();
+        let ended = Arc::clone(&closed);
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%address, %error, "connection to a pod ended");
+            let keep_alive = async {
+                let Some(pings) = pings.as_mut() else {
+                    return std::future::pending().await;
+                };
+                loop {
+                    tokio::time::sleep(KEEP_ALIVE_INTERVAL).await;
+                    match tokio::time::timeout(KEEP_ALIVE_TIMEOUT, pings.ping(Ping::opaque())).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(error)) => break error.to_string(),
+                        Err(_) => break format!("no pong within {KEEP_ALIVE_TIMEOUT:?}"),
+                    }
+                }
+            };
+            tokio::select! {
+                result = cork.drive(&mut connection) => if let Err(error) = result {
+                    tracing::debug!(%address, %error, "connection to a pod ended");
+                },
+                reason = keep_alive => tracing::debug!(%address, %reason, "connection to a pod dropped"),
             }
+            ended.store(true, Ordering::Release);
         });
-        self.senders.lock().insert(address, sender.clone());
+        let handle = Connection {
+            sender: sender.clone(),
+            closed,
+        };
+        self.connections.lock().insert(address, handle);
         Ok(sender)
     }
 
-    fn open(&self, address: SocketAddr) -> Option<SendRequest<Outgoing>> {
-        let mut senders = self.senders.lock();
-        match senders.get(&address) {
-            Some(sender) if !sender.is_closed() => Some(sender.clone()),
+    fn open_connection(&self, address: SocketAddr) -> Option<SendRequest<Bytes>> {
+        let mut connections = self.connections.lock();
+        match connections.get(&address) {
+            Some(connection) if !connection.closed.load(Ordering::Acquire) => Some(connection.sender.clone()),
             Some(_) => {
-                senders.remove(&address);
+                connections.remove(&address);
                 None
             }
             None => None,
         }
     }
 
-    /// Drops the cached connection to `address`: it handed a request back
-    /// unsent, so it is closing. (Should another request have replaced it
+    /// Drops the cached connection to `address`: it would not open a
+    /// stream, so it is closing. (Should another request have replaced it
     /// meanwhile, that one is dropped from the cache too, and the next
     /// request connects once more: harmless.)
     fn forget(&self, address: SocketAddr) {
-        self.senders.lock().remove(&address);
+        self.connections.lock().remove(&address);
+    }
+}
+
+/// The pod's answer to a stream opened with [`Pool::open`], or how the
+/// exchange failed.
+pub async fn answer(response: ResponseFuture) -> Result<Response<H2Body>, SendError> {
+    match response.await {
+        Ok(response) => Ok(response.map(H2Body::new)),
+        Err(error) if unprocessed(&error) => Err(SendError::Refused(error_chain(&error))),
+        Err(error) => Err(SendError::Failed(error_chain(&error))),
     }
 }
 
 /// Whether HTTP/2 says the server never processed the stream: GOAWAY
 /// fails exactly the streams above its last processed one, and
 /// REFUSED_STREAM means the same for one stream (RFC 9113 §8.7).
-fn unprocessed(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(cause) = next {
-        if let Some(h2) = cause.downcast_ref::<h2::Error>() {
-            return (h2.is_go_away() && h2.is_remote()) || h2.reason() == Some(h2::Reason::REFUSED_STREAM);
-        }
-        next = cause.source();
-    }
-    false
+fn unprocessed(error: &h2::Error) -> bool {
+    (error.is_go_away() && error.is_remote()) || error.reason() == Some(h2::Reason::REFUSED_STREAM)
 }
 
 /// An error and its sources, as one line.

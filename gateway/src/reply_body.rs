@@ -6,6 +6,9 @@
 //! is done or dropped (sent, or the client went away), so the endpoint's
 //! load estimate covers streams for their whole life, and it records the
 //! latency the client saw at that moment.
+//!
+//! hyper sends these on the HTTP port; the gRPC port sends them itself
+//! ([`crate::grpc_answer`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -14,9 +17,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use prometheus::Histogram;
 
+use crate::h2_body::H2Body;
 use crate::load::InFlight;
 
 #[derive(Debug)]
@@ -31,14 +34,14 @@ pub enum Reply {
 /// A pod's answer on its way to the client.
 #[derive(Debug)]
 pub struct Answer {
-    body: Incoming,
+    pub body: H2Body,
     _in_flight: InFlight,
     latency: Histogram,
     started: Instant,
 }
 
 impl Answer {
-    pub fn new(body: Incoming, in_flight: InFlight, latency: Histogram, started: Instant) -> Self {
+    pub fn new(body: H2Body, in_flight: InFlight, latency: Histogram, started: Instant) -> Self {
         Answer {
             body,
             _in_flight: in_flight,
@@ -74,9 +77,9 @@ impl Reply {
 
 impl Body for Reply {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = h2::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, h2::Error>>> {
         match self.get_mut() {
             Reply::Forwarded(answer) => Pin::new(&mut answer.body).poll_frame(cx),
             // The data first, then the trailers, if any, in the next poll.

@@ -207,6 +207,62 @@ async fn a_terminated_gateway_answers_every_request_it_took() {
     assert!(status.success(), "{status}");
 }
 
+/// What passes through is what the pod said: a ModelStreamInfer stream,
+/// pinned to one pod, carries each message both ways as it comes (the
+/// client sends the next only after the previous answer), and a REST
+/// request over the pod's h2c connection answers as directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_and_rest_pass_through_unchanged() {
+    use futures::SinkExt;
+    use nereid_proto::inference::ModelStreamInferResponse;
+
+    let pod = Pod::start("pass-through", 0);
+    let gateway = Gateway::start(&[pod.endpoint("identity")], &[]);
+    let mut client = gateway.grpc_client().await;
+    let (mut requests, outgoing) = futures::channel::mpsc::channel(1);
+    requests.send(request("identity", &[0.0])).await.unwrap();
+    let mut answers = client.model_stream_infer(outgoing).await.unwrap().into_inner();
+    for i in 0..20 {
+        let answer: ModelStreamInferResponse = tokio::time::timeout(Duration::from_secs(10), answers.message())
+            .await
+            .expect("each answer comes before the next request is sent")
+            .unwrap()
+            .expect("the stream is open");
+        assert_eq!(answer.error_message, "", "message {i}");
+        let reply = answer.infer_response.unwrap();
+        let first = f32::from_le_bytes(reply.raw_output_contents[0][..4].try_into().unwrap());
+        assert_eq!(first, i as f32, "message {i}");
+        if i < 19 {
+            requests.send(request("identity", &[(i + 1) as f32])).await.unwrap();
+        }
+    }
+    drop(requests);
+    let end = tokio::time::timeout(Duration::from_secs(10), answers.message())
+        .await
+        .unwrap();
+    assert!(matches!(end, Ok(None)), "the stream ends with the client's: {end:?}");
+
+    let url = format!("http://{}/v2/models/identity/infer", gateway.http);
+    let body = serde_json::json!({
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [3], "data": [1.5, 2.5, 3.5]}]
+    });
+    let reply: serde_json::Value = reqwest::Client::new()
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        reply["outputs"][0]["data"],
+        serde_json::json!([1.5, 2.5, 3.5]),
+        "{reply}"
+    );
+    assert_eq!(pod.inferences().await, 21);
+}
+
 /// Polls the gateway's metrics until a line starting with `series` ends
 /// with `value`.
 async fn wait_for_metric(gateway: &Gateway, series: &str, value: &str) {

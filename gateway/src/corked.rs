@@ -1,0 +1,196 @@
+//! A TCP socket whose small writes wait until the HTTP/2 connection driving
+//! it has done everything it can in one turn, then leave in one write.
+//!
+//! h2 writes a DATA frame's payload straight from its buffer (vectored, not
+//! copied) and flushes before it encodes the next frame, so a gRPC answer,
+//! HEADERS + DATA + trailers, takes two writes however it was queued. Each
+//! write to a socket is a system call here and a segment and a wake-up on
+//! the other side; a proxy hop pays that twice per request. Corked, h2's
+//! writes are gathered (copied: what is held is small) and the driver
+//! sends them when h2's poll returns ([`Cork::drive`]). A write of
+//! [`LIMIT`] or more, with nothing held, goes straight to the socket, so a
+//! large tensor is never copied.
+
+use std::future::{Future, poll_fn};
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+/// What is held before writing anyway, and the size of a write that is
+/// never held.
+pub const LIMIT: usize = 64 << 10;
+
+struct Shared {
+    writer: Mutex<OwnedWriteHalf>,
+    held: Mutex<BytesMut>,
+    /// Why an uncorking write failed: the next read or write says it to h2.
+    broken: Mutex<Option<io::Error>>,
+}
+
+/// The socket, for h2 to read and write.
+pub struct Corked {
+    reader: OwnedReadHalf,
+    shared: Arc<Shared>,
+}
+
+/// The handle the connection's driver sends the held writes with.
+pub struct Cork(Arc<Shared>);
+
+/// A socket split into the two.
+pub fn cork(stream: TcpStream) -> (Corked, Cork) {
+    let (reader, writer) = stream.into_split();
+    let shared = Arc::new(Shared {
+        writer: Mutex::new(writer),
+        held: Mutex::new(BytesMut::with_capacity(16 << 10)),
+        broken: Mutex::new(None),
+    });
+    let corked = Corked {
+        reader,
+        shared: Arc::clone(&shared),
+    };
+    (corked, Cork(shared))
+}
+
+impl Shared {
+    /// Writes out everything held.
+    fn poll_drain(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut held = self.held.lock();
+        let mut writer = self.writer.lock();
+        while !held.is_empty() {
+            match ready!(Pin::new(&mut *writer).poll_write(cx, &held))? {
+                0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                written => held.advance(written),
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn take_broken(&self) -> io::Result<()> {
+        match self.broken.lock().take() {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Holds `bufs` (returning their length), or, when they are large and
+    /// nothing is held, writes them straight out.
+    fn poll_write(&self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        self.take_broken()?;
+        let length: usize = bufs.iter().map(|b| b.len()).sum();
+        if self.held.lock().len() + length > LIMIT {
+            ready!(self.poll_drain(cx))?;
+        }
+        if length >= LIMIT {
+            return Pin::new(&mut *self.writer.lock()).poll_write_vectored(cx, bufs);
+        }
+        let mut held = self.held.lock();
+        for buf in bufs {
+            held.extend_from_slice(buf);
+        }
+        Poll::Ready(Ok(length))
+    }
+}
+
+impl Cork {
+    /// Polls `future` (the h2 connection, or its handshake) and, each time
+    /// it returns, writes out what it queued.
+    pub async fn drive<F: Future + Unpin>(&self, future: &mut F) -> F::Output {
+        poll_fn(|cx| {
+            let polled = Pin::new(&mut *future).poll(cx);
+            if let Poll::Ready(Err(error)) = self.0.poll_drain(cx) {
+                // h2 hears of it on its next read or write, now.
+                *self.0.broken.lock() = Some(error);
+                cx.waker().wake_by_ref();
+            }
+            polled
+        })
+        .await
+    }
+}
+
+impl AsyncRead for Corked {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.shared.take_broken()?;
+        Pin::new(&mut this.reader).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Corked {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.shared.poll_write(cx, &[IoSlice::new(buf)])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.shared.poll_write(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// Holds on: [`Cork::drive`] writes once the connection's turn is over.
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.shared.take_broken())
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.shared.poll_drain(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (client, accepted) = tokio::join!(TcpStream::connect(address), listener.accept());
+        (client.unwrap(), accepted.unwrap().0)
+    }
+
+    #[tokio::test]
+    async fn small_writes_wait_for_the_driver_and_large_ones_do_not() {
+        let (ours, mut theirs) = pair().await;
+        let (mut corked, cork) = cork(ours);
+        corked.write_all(b"headers ").await.unwrap();
+        corked.write_all(b"and data").await.unwrap();
+        corked.flush().await.unwrap();
+        let mut buf = [0u8; 64];
+        let early = tokio::time::timeout(std::time::Duration::from_millis(50), theirs.read(&mut buf)).await;
+        assert!(early.is_err(), "nothing is sent before the driver's turn ends");
+
+        cork.drive(&mut std::future::ready(())).await;
+        let read = theirs.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..read], b"headers and data");
+
+        // A large write is not held back behind what is: both arrive, in order.
+        corked.write_all(b"small ").await.unwrap();
+        let large = vec![7u8; LIMIT];
+        corked.write_all(&large).await.unwrap();
+        cork.drive(&mut std::future::ready(())).await;
+        let mut received = vec![0u8; 6 + LIMIT];
+        theirs.read_exact(&mut received).await.unwrap();
+        assert_eq!(&received[..6], b"small ");
+        assert!(received[6..].iter().all(|&b| b == 7));
+
+        // Reads pass through.
+        theirs.write_all(b"answer").await.unwrap();
+        let read = corked.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..read], b"answer");
+    }
+}
