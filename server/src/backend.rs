@@ -144,6 +144,15 @@ pub trait Backend: Send + Sync {
     fn decoupled(&self) -> bool {
         false
     }
+
+    /// Whether executing `config`'s instances is so cheap, and never
+    /// blocking, that a request may run on the thread that received it:
+    /// handing it to an instance thread and back costs two cross-thread
+    /// wake-ups, far more than work of this size ([`crate::instance_pool`]).
+    fn runs_inline(&self, config: &ModelConfig) -> bool {
+        let _ = config;
+        false
+    }
 }
 
 /// The backend implementing a kind.

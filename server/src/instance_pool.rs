@@ -7,14 +7,22 @@
 //! the inputs, executes once, cuts the outputs per request and answers each.
 //! With a dynamic batcher in front, each thread says when it is idle again,
 //! so batches are formed only when an instance can take them.
+//!
+//! A backend whose execution is a copy ([`Backend::runs_inline`]: identity)
+//! gets no threads: without a batcher in front, its instances run each job
+//! on the thread that submits it, so a request does not cross to an
+//! instance thread and back (two wake-ups that cost far more than the copy).
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use nereid_proto::inference::ModelConfig;
+use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::backend::{Backend, Device, InstanceSpec, ModelInstance, ResponseSink};
@@ -63,6 +71,46 @@ pub struct InstanceSource {
 pub struct InstancePool {
     /// One queue all instances take from, or one per instance.
     queues: Vec<Sender<Job>>,
+    /// The instances themselves, for a backend that runs inline.
+    inline: Option<Inline>,
+}
+
+/// Instances that run jobs on the submitting thread.
+struct Inline {
+    source: Arc<InstanceSource>,
+    instances: Vec<Mutex<Box<dyn ModelInstance>>>,
+    /// Where the search for a free instance starts, turn by turn.
+    next: AtomicUsize,
+}
+
+impl Inline {
+    fn start(source: InstanceSource, placements: &[Placement]) -> Result<Inline> {
+        let mut instances = Vec::with_capacity(placements.len());
+        for placement in placements {
+            instances.push(Mutex::new(create(&source, *placement)?));
+        }
+        Ok(Inline {
+            source: Arc::new(source),
+            instances,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// Runs `job` on a free instance, or waits for one: they are busy for
+    /// microseconds.
+    fn run(&self, job: Job) {
+        let count = self.instances.len();
+        let first = self.next.fetch_add(1, Ordering::Relaxed) % count;
+        let mut instance = (0..count)
+            .find_map(|i| self.instances[(first + i) % count].try_lock())
+            .unwrap_or_else(|| self.instances[first].lock());
+        // As on an instance thread: a panic around the batch fails only it
+        // (its requests' replies drop: "stopped before answering").
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&self.source, instance.as_mut(), job)));
+        if ran.is_err() {
+            tracing::error!(model = %self.source.model, version = self.source.version, "a job panicked outside its batch; the instance goes on");
+        }
+    }
 }
 
 impl InstancePool {
@@ -71,6 +119,17 @@ impl InstancePool {
     /// stop and the first reason is returned. Blocking: call it from a
     /// blocking context.
     pub fn start(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
+        let decoupled = source
+            .config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled);
+        if source.idle.is_none() && !decoupled && source.backend.runs_inline(&source.config) {
+            return Ok(InstancePool {
+                queues: Vec::new(),
+                inline: Some(Inline::start(source, placements)?),
+            });
+        }
         // A batcher only sends when an instance is idle, so its queue never
         // holds more than one job per instance; the default scheduler's is bounded.
         let queue = if source.idle.is_some() {
@@ -108,7 +167,7 @@ impl InstancePool {
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
         }
         drop(ready_tx);
-        let pool = InstancePool { queues };
+        let pool = InstancePool { queues, inline: None };
         for _ in placements {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
@@ -121,8 +180,13 @@ impl InstancePool {
         Ok(pool)
     }
 
-    /// Queues a job, refusing at once when the queue is full.
+    /// Queues a job, refusing at once when the queue is full; an inline
+    /// pool runs it before returning.
     pub fn try_submit(&self, job: Job) -> Result<()> {
+        if let Some(inline) = &self.inline {
+            inline.run(job);
+            return Ok(());
+        }
         self.submit_to(0, job)
     }
 
@@ -154,15 +218,7 @@ fn worker(
     jobs: &Receiver<Job>,
     ready: &std::sync::mpsc::Sender<Result<()>>,
 ) {
-    let spec = InstanceSpec {
-        config: &source.config,
-        version_dir: &source.version_dir,
-        device: placement.device,
-        intra_op_threads: placement.intra_op_threads,
-    };
-    let created = std::panic::catch_unwind(AssertUnwindSafe(|| source.backend.create_instance(spec)))
-        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while creating an instance")));
-    let mut instance: Box<dyn ModelInstance> = match created {
+    let mut instance = match create(source, placement) {
         Ok(instance) => instance,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -191,6 +247,18 @@ fn worker(
             let _ = idle.send(());
         }
     }
+}
+
+/// Creates one instance, a panic in the backend being an error.
+fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn ModelInstance>> {
+    let spec = InstanceSpec {
+        config: &source.config,
+        version_dir: &source.version_dir,
+        device: placement.device,
+        intra_op_threads: placement.intra_op_threads,
+    };
+    std::panic::catch_unwind(AssertUnwindSafe(|| source.backend.create_instance(spec)))
+        .unwrap_or_else(|_| Err(Error::internal("the backend panicked while creating an instance")))
 }
 
 fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
@@ -387,13 +455,14 @@ mod tests {
         (pending, rx)
     }
 
-    #[tokio::test]
-    async fn skips_requests_whose_client_left_and_answers_the_rest() {
-        let config = parse(
+    /// A pool of one identity instance, with `parameters` added to its config.
+    fn identity_pool(parameters: &str) -> (InstancePool, Arc<ModelStatistics>) {
+        let config = parse(&format!(
             r#"name: "id" backend: "identity" max_batch_size: 4
-               input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-               output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]"#,
-        )
+               input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+               output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+               {parameters}"#
+        ))
         .unwrap();
         let statistics = Arc::new(ModelStatistics::default());
         let source = InstanceSource {
@@ -409,21 +478,46 @@ mod tests {
             device: Device::Cpu,
             intra_op_threads: 1,
         };
-        let pool = InstancePool::start(source, &[placement]).unwrap();
+        (InstancePool::start(source, &[placement]).unwrap(), statistics)
+    }
 
-        let (gone, receiver) = pending(1.0);
-        drop(receiver);
-        pool.try_submit(Job::single(gone)).unwrap();
-        let (a, a_rx) = pending(2.0);
-        let (b, b_rx) = pending(3.0);
-        pool.try_submit(Job { requests: vec![a, b] }).unwrap();
-        let a_out = a_rx.await.unwrap().unwrap();
-        let b_out = b_rx.await.unwrap().unwrap();
-        assert_eq!(a_out[0].data.as_ref(), &2.0f32.to_le_bytes());
-        assert_eq!(b_out[0].data.as_ref(), &3.0f32.to_le_bytes());
-        assert_eq!(b_out[0].shape, vec![1, 1]);
-        let stats = statistics.snapshot();
-        // The abandoned request cost no execution; the pair ran as one batch of 2.
-        assert_eq!((stats.execution_count, stats.inference_count), (1, 2));
+    #[tokio::test]
+    async fn skips_requests_whose_client_left_and_answers_the_rest() {
+        // On an instance thread, and inline.
+        for parameters in [
+            r#"parameters { key: "execute_delay_ms" value: { string_value: "1" } }"#,
+            "",
+        ] {
+            let (pool, statistics) = identity_pool(parameters);
+            let (gone, receiver) = pending(1.0);
+            drop(receiver);
+            pool.try_submit(Job::single(gone)).unwrap();
+            let (a, a_rx) = pending(2.0);
+            let (b, b_rx) = pending(3.0);
+            pool.try_submit(Job { requests: vec![a, b] }).unwrap();
+            let a_out = a_rx.await.unwrap().unwrap();
+            let b_out = b_rx.await.unwrap().unwrap();
+            assert_eq!(a_out[0].data.as_ref(), &2.0f32.to_le_bytes());
+            assert_eq!(b_out[0].data.as_ref(), &3.0f32.to_le_bytes());
+            assert_eq!(b_out[0].shape, vec![1, 1]);
+            let stats = statistics.snapshot();
+            // The abandoned request cost no execution; the pair ran as one batch of 2.
+            assert_eq!((stats.execution_count, stats.inference_count), (1, 2), "{parameters}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_copy_runs_on_the_submitting_thread_and_a_sleep_on_its_own() {
+        let (pool, statistics) = identity_pool("");
+        assert!(pool.inline.is_some() && pool.queues.is_empty());
+        let (request, mut reply) = pending(4.0);
+        pool.try_submit(Job::single(request)).unwrap();
+        // Answered before try_submit returned.
+        let outputs = reply.try_recv().expect("answered inline").unwrap();
+        assert_eq!(outputs[0].data.as_ref(), &4.0f32.to_le_bytes());
+        assert_eq!(statistics.snapshot().execution_count, 1);
+
+        let (pool, _) = identity_pool(r#"parameters { key: "execute_delay_ms" value: { string_value: "5" } }"#);
+        assert!(pool.inline.is_none() && pool.queues.len() == 1);
     }
 }

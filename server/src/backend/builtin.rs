@@ -30,6 +30,12 @@ impl Backend for IdentityBackend {
         Ok(None)
     }
 
+    /// Its execution hands the input buffers back as outputs (reference
+    /// counts); only a delay, which sleeps, must not hold an I/O thread.
+    fn runs_inline(&self, config: &ModelConfig) -> bool {
+        crate::model_config::parameter(config, "execute_delay_ms").is_none_or(|ms| ms.trim() == "0")
+    }
+
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
         let config = spec.config;
         if config.input.len() != config.output.len() {
