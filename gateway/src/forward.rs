@@ -14,7 +14,7 @@ use http::{HeaderMap, Method, Request, Response, Uri, Version};
 use thiserror::Error;
 
 use crate::Protocol;
-use crate::h2_body::{H2Body, send_paced};
+use crate::h2_body::{H2Body, Next, next_or_reset, send_paced};
 use crate::metrics::{Failure, Metrics};
 use crate::pool::{self, Pool, SendError};
 use crate::registry::{Address, RouteError};
@@ -237,29 +237,22 @@ async fn pump(head: Vec<Bytes>, mut rest: H2Body, mut send: SendStream<Bytes>) {
         }
     }
     loop {
-        let next = std::future::poll_fn(|cx| {
-            if let std::task::Poll::Ready(reset) = send.poll_reset(cx) {
-                return std::task::Poll::Ready(Err(reset));
-            }
-            rest.poll_chunk(cx).map(Ok)
-        })
-        .await;
-        match next {
-            Ok(Some(Ok(chunk))) => {
+        match std::future::poll_fn(|cx| next_or_reset(cx, &mut rest, |cx| send.poll_reset(cx))).await {
+            Next::Chunk(Some(Ok(chunk))) => {
                 if send_paced(&mut send, chunk).await.is_err() {
                     return;
                 }
             }
-            Ok(None) => {
+            Next::Chunk(None) => {
                 let _ = send.send_data(Bytes::new(), true);
                 return;
             }
-            Ok(Some(Err(error))) => {
+            Next::Chunk(Some(Err(error))) => {
                 tracing::debug!(%error, "a client's stream broke; resetting the pod's");
                 send.send_reset(h2::Reason::CANCEL);
                 return;
             }
-            Err(_) => return,
+            Next::Reset => return,
         }
     }
 }

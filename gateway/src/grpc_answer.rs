@@ -8,7 +8,6 @@
 //! dropping the answer resets the pod's stream.
 
 use std::future::poll_fn;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use h2::server::SendResponse;
@@ -17,7 +16,7 @@ use http::Response;
 use http::response::Parts;
 
 use crate::grpc_reply::{self, Code};
-use crate::h2_body::{H2Body, send_paced};
+use crate::h2_body::{H2Body, Next, next_or_reset, send_paced};
 use crate::reply_body::Reply;
 
 /// Sends `response`, reading a forwarded answer whole first when it is at
@@ -43,30 +42,13 @@ pub async fn send(respond: &mut SendResponse<Bytes>, response: Response<Reply>, 
     }
 }
 
-/// What came first: the pod's next chunk, or the client's reset.
-enum Next {
-    Chunk(Option<Result<Bytes, h2::Error>>),
-    ClientGone,
-}
-
-fn next_chunk(
-    cx: &mut Context<'_>,
-    body: &mut H2Body,
-    reset: impl FnOnce(&mut Context<'_>) -> Poll<Result<Reason, h2::Error>>,
-) -> Poll<Next> {
-    if let Poll::Ready(chunk) = body.poll_chunk(cx) {
-        return Poll::Ready(Next::Chunk(chunk));
-    }
-    reset(cx).map(|_| Next::ClientGone)
-}
-
 async fn forwarded(respond: &mut SendResponse<Bytes>, parts: Parts, body: &mut H2Body, gather: usize) {
     let mut chunks = Vec::new();
     let mut gathered = 0;
     let mut whole = false;
     while gather > 0 && gathered <= gather {
-        match poll_fn(|cx| next_chunk(cx, body, |cx| respond.poll_reset(cx))).await {
-            Next::ClientGone => return,
+        match poll_fn(|cx| next_or_reset(cx, body, |cx| respond.poll_reset(cx))).await {
+            Next::Reset => return,
             Next::Chunk(Some(Ok(chunk))) => {
                 gathered += chunk.len();
                 chunks.push(chunk);
@@ -121,8 +103,8 @@ async fn forwarded(respond: &mut SendResponse<Bytes>, parts: Parts, body: &mut H
 /// Passes the rest of a pod's answer on as it arrives.
 async fn stream_rest(stream: &mut SendStream<Bytes>, body: &mut H2Body) {
     loop {
-        match poll_fn(|cx| next_chunk(cx, body, |cx| stream.poll_reset(cx))).await {
-            Next::ClientGone => return,
+        match poll_fn(|cx| next_or_reset(cx, body, |cx| stream.poll_reset(cx))).await {
+            Next::Reset => return,
             Next::Chunk(Some(Ok(chunk))) => {
                 if send_paced(stream, chunk).await.is_err() {
                     return;

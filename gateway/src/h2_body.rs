@@ -89,6 +89,27 @@ impl Body for H2Body {
     }
 }
 
+/// What came first: the next chunk of a body being passed on, or a reset
+/// of the stream it is passed on to.
+pub enum Next {
+    Chunk(Option<Result<Bytes, h2::Error>>),
+    Reset,
+}
+
+/// Polls `body` for its next chunk and, while none is there, `reset` (the
+/// other stream's `poll_reset`), so that a peer that went away stops the
+/// passing on even while the body is silent.
+pub fn next_or_reset(
+    cx: &mut Context<'_>,
+    body: &mut H2Body,
+    reset: impl FnOnce(&mut Context<'_>) -> Poll<Result<h2::Reason, h2::Error>>,
+) -> Poll<Next> {
+    if let Poll::Ready(chunk) = body.poll_chunk(cx) {
+        return Poll::Ready(Next::Chunk(chunk));
+    }
+    reset(cx).map(|_| Next::Reset)
+}
+
 /// Sends `data` as fast as the peer's window allows, waiting for it to
 /// open: a slow reader holds the writer back instead of filling the
 /// gateway's memory. (A whole request or answer, bounded in size, is

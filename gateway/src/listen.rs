@@ -24,9 +24,10 @@ use crate::grpc_front;
 use crate::reply_body::Reply;
 use crate::state::Gateway;
 
-/// Tensors are large: HTTP/2 windows that do not stall a 4 MiB request.
-const STREAM_WINDOW: u32 = 4 << 20;
-const CONNECTION_WINDOW: u32 = 16 << 20;
+/// Tensors are large: HTTP/2 windows that do not stall a 4 MiB request
+/// (the pods' connections use them too).
+pub const STREAM_WINDOW: u32 = 4 << 20;
+pub const CONNECTION_WINDOW: u32 = 16 << 20;
 const MAX_CONCURRENT_STREAMS: u32 = 1024;
 
 /// Serves `listener` until `stop` is cancelled, then accepts no more

@@ -27,6 +27,7 @@ use tokio::net::TcpStream;
 
 use crate::corked;
 use crate::h2_body::H2Body;
+use crate::listen::{CONNECTION_WINDOW, STREAM_WINDOW};
 
 /// How often an open connection is pinged, and how long a pong may take
 /// before the connection is taken for dead (a pod gone without closing it).
@@ -121,9 +122,8 @@ impl Pool {
         let _ = stream.set_nodelay(true);
         let (io, cork) = corked::cork(stream);
         let handshake = client::Builder::new()
-            // Tensors are large: windows that do not stall a 4 MiB request.
-            .initial_window_size(4 << 20)
-            .initial_connection_window_size(16 << 20)
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .handshake::<_, Bytes>(io);
         let (sender, mut connection) = cork
             .drive(&mut pin!(handshake))

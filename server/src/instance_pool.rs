@@ -261,6 +261,37 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
         .unwrap_or_else(|_| Err(Error::internal("the backend panicked while creating an instance")))
 }
 
+/// A queued request as an instance takes it up.
+struct Admitted {
+    inputs: Vec<crate::tensor::Tensor>,
+    batch_size: usize,
+    reply: crate::scheduler::Reply,
+    trace: Option<Arc<RequestTrace>>,
+}
+
+/// Takes `pending` out of the queue (its pending count drops either way)
+/// and records its queue time, or `None` when its caller went away: its
+/// inputs are already gone from its payload, and it gets no compute.
+fn admit(source: &InstanceSource, started: Instant, pending: Pending) -> Option<Admitted> {
+    let inputs = pending.payload.take()?;
+    if pending.reply.is_closed() {
+        return None;
+    }
+    drop(pending.queued);
+    source
+        .statistics
+        .record_queue(started.saturating_duration_since(pending.arrived));
+    if let Some(trace) = &pending.trace {
+        trace.child("queue", pending.arrived, started);
+    }
+    Some(Admitted {
+        inputs,
+        batch_size: pending.batch_size,
+        reply: pending.reply,
+        trace: pending.trace,
+    })
+}
+
 fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
     let started = Instant::now();
     // A request whose caller went away gets no compute: its inputs are
@@ -270,24 +301,13 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
     let mut sizes = Vec::with_capacity(job.requests.len());
     let mut traces: Vec<Arc<RequestTrace>> = Vec::new();
     for pending in job.requests {
-        // Out of the queue either way: its pending count drops with it.
-        let Some(tensors) = pending.payload.take() else {
+        let Some(admitted) = admit(source, started, pending) else {
             continue;
         };
-        if pending.reply.is_closed() {
-            continue;
-        }
-        drop(pending.queued);
-        source
-            .statistics
-            .record_queue(started.saturating_duration_since(pending.arrived));
-        if let Some(trace) = pending.trace {
-            trace.child("queue", pending.arrived, started);
-            traces.push(trace);
-        }
-        sizes.push(pending.batch_size);
-        replies.push(pending.reply);
-        inputs.push(tensors);
+        traces.extend(admitted.trace);
+        sizes.push(admitted.batch_size);
+        replies.push(admitted.reply);
+        inputs.push(admitted.inputs);
     }
     if replies.is_empty() {
         return;
@@ -345,29 +365,19 @@ fn run_decoupled(source: &InstanceSource, instance: &mut dyn ModelInstance, job:
     let mut streams = Vec::with_capacity(job.requests.len());
     let mut inputs = Vec::with_capacity(job.requests.len());
     let mut rows = 0;
-    for mut pending in job.requests {
-        let Some(tensors) = pending.payload.take() else {
+    for pending in job.requests {
+        let Some(mut admitted) = admit(source, started, pending) else {
             continue;
         };
-        if pending.reply.is_closed() {
-            continue;
-        }
-        drop(pending.queued);
-        source
-            .statistics
-            .record_queue(started.saturating_duration_since(pending.arrived));
-        if let Some(trace) = &pending.trace {
-            trace.child("queue", pending.arrived, started);
-        }
-        let Some(stream) = pending.reply.take_stream() else {
-            pending.reply.send(Err(Error::internal(
+        let Some(stream) = admitted.reply.take_stream() else {
+            admitted.reply.send(Err(Error::internal(
                 "a decoupled model's request came without a stream to answer on",
             )));
             continue;
         };
-        rows += pending.batch_size;
+        rows += admitted.batch_size;
         streams.push(Some(stream));
-        inputs.push(tensors);
+        inputs.push(admitted.inputs);
     }
     if streams.is_empty() {
         return;

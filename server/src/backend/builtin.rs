@@ -109,6 +109,14 @@ impl ModelInstance for Identity {
     }
 }
 
+/// The input named `name` of a builtin `model`'s execution.
+fn input<'a>(inputs: &'a [BatchInput], model: &str, name: &str) -> Result<&'a BatchInput> {
+    inputs
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| Error::invalid(format!("{model}: missing input '{name}'")))
+}
+
 /// `OUTPUT0 = INPUT0 + INPUT1`, `OUTPUT1 = INPUT0 - INPUT1`, element-wise,
 /// for any numeric datatype (integers wrap, as they do in C).
 pub struct AddSubBackend;
@@ -153,14 +161,8 @@ struct AddSub {
 impl ModelInstance for AddSub {
     fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
-        let find = |name: &str| {
-            inputs
-                .iter()
-                .find(|t| t.name == name)
-                .ok_or_else(|| Error::invalid(format!("add_sub: missing input '{name}'")))
-        };
-        let a = find(&self.inputs[0])?;
-        let b = find(&self.inputs[1])?;
+        let a = input(&inputs, "add_sub", &self.inputs[0])?;
+        let b = input(&inputs, "add_sub", &self.inputs[1])?;
         if a.shape != b.shape {
             return Err(Error::invalid(format!(
                 "add_sub: inputs '{}' {:?} and '{}' {:?} must have the same shape",

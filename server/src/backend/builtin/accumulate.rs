@@ -96,12 +96,7 @@ struct Accumulate {
 impl ModelInstance for Accumulate {
     fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
-        let find = |name: &str| {
-            inputs
-                .iter()
-                .find(|t| t.name == name)
-                .ok_or_else(|| Error::invalid(format!("accumulate: missing input '{name}'")))
-        };
+        let find = |name: &str| super::input(&inputs, "accumulate", name);
         let values = ints(&find(&self.input)?.contiguous());
         let sums = ints(&find(&self.state_in)?.contiguous());
         let start = find(&self.start)?;
