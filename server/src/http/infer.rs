@@ -2,15 +2,13 @@
 //! the I/O threads when that is costly), infer, encode and compress (the
 //! same), and the answer counted in the memory budget until it has been sent.
 
-use std::collections::HashMap;
-
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{RawPathParams, Request, State};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, header};
 
-use super::{AppState, HandlerResult, body, compression, infer_codec, model_path};
+use super::{AppState, HandlerResult, body, compression, infer_codec};
 use crate::error::Error;
 use crate::memory_budget::Reservation;
 use crate::request;
@@ -21,13 +19,20 @@ use crate::server::parse_version;
 /// megabytes of JSON would stall every other connection on that thread.
 const OFFLOAD_BYTES: usize = 64 << 10;
 
-pub(super) async fn infer(
-    State(s): State<AppState>,
-    Path(p): Path<HashMap<String, String>>,
-    headers: HeaderMap,
-    body: Body,
-) -> HandlerResult {
-    let (model, version_text) = model_path(&p);
+/// Takes the path's parameters raw and the request whole: the typed
+/// extractors would build a map of owned strings and clone the header map
+/// on every request, which the profile showed (issue 16).
+pub(super) async fn infer(State(s): State<AppState>, params: RawPathParams, request: Request) -> HandlerResult {
+    let (mut model, mut version_text) = ("", "");
+    for (key, value) in &params {
+        match key {
+            "model" => model = value,
+            "version" => version_text = value,
+            _ => {}
+        }
+    }
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     let version = parse_version(version_text)?;
     // As in Triton, an unknown model is reported before the body is read.
     s.server.model(model, version_text)?;
