@@ -1,6 +1,10 @@
-"""Reads bench/run.sh's results and prints the table, the ratios and the targets.
+"""Reads bench/run.sh's results and prints the tables, the ratios and the targets.
 
     .venv/bin/python bench/report.py bench/results [--write docs/benchmarks.md]
+
+With --write, only the part of the file between its two markers is replaced,
+so the hand-written sections around it (the gateway, ensembles, VAD, the
+profiles before a change) survive a new run.
 """
 
 from __future__ import annotations
@@ -45,11 +49,33 @@ def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "**missed**")
 
 
+def cpu(row: dict | None) -> float | None:
+    return None if not row else row.get("server_cpu_us_per_request")
+
+
+def fmt_cpu(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
 def build(results: Path) -> str:
     out: list[str] = []
     compute = {m: load(results, f"compute-{m}") for m in ("mlp_small", "mlp_large")}
     echo = {p: by_concurrency(load(results, f"echo-{p}")) for p in PROTOCOLS}
+    echo_free = {p: by_concurrency(load(results, f"echo-free-{p}")) for p in PROTOCOLS}
     server = {(m, p): by_concurrency(load(results, f"server-{m}-{p}")) for m in MODELS for p in PROTOCOLS}
+    commit_file = results / "commit.txt"
+    commit = commit_file.read_text().strip() if commit_file.exists() else "unknown"
+
+    out.append(
+        f"Measured by `bench/run.sh` on {datetime.date.today().isoformat()} at commit `{commit}`: "
+        f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}, no GPU. "
+        "Identity and the echo servers it is read against run pinned to core 0 with the load generator "
+        "(nereid-perf) on core 1; the MLPs and their echo baseline run unpinned, since ONNX Runtime needs "
+        "both cores. Throughput is successful inferences per second; latencies are per request, measured "
+        "by the client; server CPU per request is the server's user + system time from /proc over the "
+        "windows the throughput comes from, divided by the requests answered in them. Ratios compare "
+        "against baselines measured in the same run.\n"
+    )
 
     out.append("## 1. Compute limit: in-process ONNX Runtime\n")
     out.append("| model | batch | inferences/s | p50 per execution (us) |")
@@ -68,55 +94,116 @@ def build(results: Path) -> str:
     out.append("")
 
     out.append("## 2. Transport limit: bare echo servers (tonic / hyper), FP32 [1,256]\n")
-    out.append("| protocol | concurrency | infer/s | p50 (us) | p99 (us) | errors |")
-    out.append("|---|---:|---:|---:|---:|---:|")
-    for p in PROTOCOLS:
-        for c in CONCURRENCIES:
-            row = echo[p].get(c)
-            if row:
-                out.append(f"| {PROTOCOL_NAMES[p]} | {c} | {row['throughput']:.0f} | {row['p50_us']} | {row['p99_us']} | {row['errors']} |")
+    out.append("| protocol | pinned | concurrency | infer/s | p50 (us) | p99 (us) | server CPU/request (us) | errors |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    for pinned, table in (("yes", echo), ("no", echo_free)):
+        for p in PROTOCOLS:
+            for c in CONCURRENCIES:
+                row = table[p].get(c)
+                if row:
+                    out.append(
+                        f"| {PROTOCOL_NAMES[p]} | {pinned} | {c} | {row['throughput']:.0f} | {row['p50_us']} "
+                        f"| {row['p99_us']} | {fmt_cpu(cpu(row))} | {row['errors']} |"
+                    )
     out.append("")
 
     out.append("## 3. nereid-server, batch-1 requests\n")
-    out.append("| model | protocol | concurrency | infer/s | p50 (us) | p99 (us) | errors | vs echo | vs compute best |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    out.append(
+        "| model | protocol | concurrency | infer/s | p50 (us) | p99 (us) | server CPU/request (us) | errors "
+        "| infer/s vs echo | CPU vs echo | vs compute best |"
+    )
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in MODELS:
+        # Identity is read against the pinned echo, the MLPs against the free one.
+        baseline = echo if m == "identity" else echo_free
         for p in PROTOCOLS:
             for c in CONCURRENCIES:
                 row = server[(m, p)].get(c)
                 if not row:
                     continue
-                e = echo[p].get(c)
+                e = baseline[p].get(c)
                 vs_echo = row["throughput"] / e["throughput"] if e and e["throughput"] else None
+                cpu_ratio = cpu(row) / cpu(e) if cpu(row) is not None and cpu(e) else None
                 vs_compute = row["throughput"] / best[m] if m in best and best[m] else None
                 out.append(
                     f"| {m} | {PROTOCOL_NAMES[p]} | {c} | {row['throughput']:.0f} | {row['p50_us']} | {row['p99_us']} "
-                    f"| {row['errors']} | {fmt_ratio(vs_echo)} | {fmt_ratio(vs_compute)} |"
+                    f"| {fmt_cpu(cpu(row))} | {row['errors']} | {fmt_ratio(vs_echo)} | {fmt_ratio(cpu_ratio)} "
+                    f"| {fmt_ratio(vs_compute)} |"
                 )
     out.append("")
+
+    profiles = {p: results / f"profile-{p}.txt" for p in PROTOCOLS}
+    if any(f.exists() for f in profiles.values()):
+        out.append("## Profile: nereid-server on identity, c=32, pinned\n")
+        out.append(
+            "`perf record -e cpu-clock -g` on the server for 5 s of the load, user space only "
+            "(`perf_event_paranoid` 2 hides the kernel); frames at 1.5 % of samples or more, self time.\n"
+        )
+        for p, f in profiles.items():
+            if not f.exists():
+                continue
+            out.append(f"{PROTOCOL_NAMES[p]}:\n")
+            out.append("| self | frame |")
+            out.append("|---:|---|")
+            for line in f.read_text().splitlines()[:15]:
+                share, _, frame = line.strip().partition(" ")
+                frame = frame.strip().removeprefix("[.] ").removeprefix("[k] ").replace("|", "\\|")
+                out.append(f"| {share} | `{frame[:110]}` |")
+            out.append("")
 
     out.append("## Targets\n")
     out.append("| target | measured | goal | |")
     out.append("|---|---:|---:|---|")
-    large = server[("mlp_large", "grpc")].get(64)
-    if large and best.get("mlp_large"):
-        r = large["throughput"] / best["mlp_large"]
-        out.append(f"| mlp_large gRPC c64 / in-process best | {r:.2f} | >= 0.85 | {verdict(r >= 0.85)} |")
-    for m in ("identity", "mlp_small"):
-        for p in PROTOCOLS:
-            for c in (8, 64):
-                row, e = server[(m, p)].get(c), echo[p].get(c)
-                if row and e and e["throughput"]:
-                    r = row["throughput"] / e["throughput"]
-                    out.append(f"| {m} {PROTOCOL_NAMES[p]} c{c} / echo | {r:.2f} | >= 0.80 | {verdict(r >= 0.8)} |")
     for p in PROTOCOLS:
-        row, e = server[("mlp_small", p)].get(1), echo[p].get(1)
+        row, e = server[("identity", p)].get(32), echo[p].get(32)
+        if cpu(row) is not None and cpu(e):
+            r = cpu(row) / cpu(e)
+            out.append(
+                f"| identity {PROTOCOL_NAMES[p]} c32, server CPU/request / echo's "
+                f"({fmt_cpu(cpu(row))} / {fmt_cpu(cpu(e))} us) | {r:.2f} | <= 1.25 | {verdict(r <= 1.25)} |"
+            )
+        if row and e and e["throughput"]:
+            out.append(
+                f"| identity {PROTOCOL_NAMES[p]} c32, throughput / echo's | {row['throughput'] / e['throughput']:.2f} "
+                "| (report) | |"
+            )
+    for p in PROTOCOLS:
+        row, e = server[("identity", p)].get(1), echo[p].get(1)
+        if row and e:
+            added = row["p50_us"] - e["p50_us"]
+            out.append(
+                f"| identity {PROTOCOL_NAMES[p]} c1, p50 over echo's ({row['p50_us']} - {e['p50_us']} us) "
+                f"| {added} us | <= 15 us | {verdict(added <= 15)} |"
+            )
+    for p in PROTOCOLS:
+        large = server[("mlp_large", p)].get(64)
+        if large and best.get("mlp_large"):
+            r = large["throughput"] / best["mlp_large"]
+            out.append(
+                f"| mlp_large {PROTOCOL_NAMES[p]} c64 / in-process best | {r:.2f} | >= 0.85 | {verdict(r >= 0.85)} |"
+            )
+    for p in PROTOCOLS:
+        small, e = server[("mlp_small", p)].get(64), echo_free[p].get(64)
+        if small and e and e["throughput"] and best.get("mlp_small"):
+            limit = 1 / (1 / e["throughput"] + 1 / best["mlp_small"])
+            r = small["throughput"] / limit
+            out.append(
+                f"| mlp_small {PROTOCOL_NAMES[p]} c64 / combined limit 1/(1/echo + 1/compute best) "
+                f"= {limit:.0f}/s | {r:.2f} | >= 0.80 | {verdict(r >= 0.8)} |"
+            )
+    for p in PROTOCOLS:
+        row, e = server[("mlp_small", p)].get(1), echo_free[p].get(1) or echo[p].get(1)
         if row and e and "mlp_small" in batch1_p50:
             budget = e["p50_us"] + batch1_p50["mlp_small"] + 50
             out.append(
                 f"| mlp_small {PROTOCOL_NAMES[p]} c1 p50 (us) | {row['p50_us']} | <= {budget:.0f} "
                 f"(echo {e['p50_us']} + compute {batch1_p50['mlp_small']:.0f} + 50) | {verdict(row['p50_us'] <= budget)} |"
             )
+    for m in MODELS:
+        for p in PROTOCOLS:
+            row = server[(m, p)].get(64)
+            if row:
+                out.append(f"| {m} {PROTOCOL_NAMES[p]} c64 p99 (us) | {row['p99_us']} | (report) | |")
     idle_file = results / "server-idle-rss-kib.txt"
     if idle_file.exists():
         rss_mib = int(idle_file.read_text().strip()) / 1024
@@ -129,27 +216,34 @@ def build(results: Path) -> str:
     return "\n".join(out)
 
 
+BEGIN = "<!-- bench/run.sh writes from here -->"
+END = "<!-- bench/run.sh writes up to here -->"
+
+
+def write(path: Path, body: str) -> None:
+    """Replaces the part between the markers; the hand-written rest stays."""
+    block = f"{BEGIN}\n{body}\n{END}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Benchmarks\n\n{block}\n")
+        return
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path} has no '{BEGIN}' ... '{END}' markers; not overwriting it")
+    before, rest = text.split(BEGIN, 1)
+    _, after = rest.split(END, 1)
+    path.write_text(before + block + after)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)
-    parser.add_argument("--write", type=Path, help="also write the markdown report here")
+    parser.add_argument("--write", type=Path, help="also write the report into this markdown file, between its markers")
     args = parser.parse_args()
     body = build(args.results)
     print(body)
     if args.write:
-        header = [
-            "# Benchmarks",
-            "",
-            f"Produced by `bench/run.sh` on {datetime.date.today().isoformat()}: "
-            f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}, no GPU.",
-            "Client (nereid-perf) and server share the machine and its cores; nothing is pinned, since with two",
-            "cores pinning would leave ONNX Runtime a single thread. Read the figures as this machine's, not the",
-            "server's alone. Throughput is successful inferences per second; latencies are per request, measured",
-            "by the client. Ratios compare against baselines measured in the same run.",
-            "",
-        ]
-        args.write.parent.mkdir(parents=True, exist_ok=True)
-        args.write.write_text("\n".join(header) + body + "\n")
+        write(args.write, body)
 
 
 if __name__ == "__main__":

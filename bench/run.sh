@@ -6,11 +6,20 @@
 #                       nereid-perf exactly as nereid-server is;
 #   3. nereid-server:   identity, mlp_small and mlp_large (dynamic batching),
 #                       batch-1 requests at concurrency 1, 8, 32, 64 over gRPC
-#                       and HTTP binary.
+#                       and HTTP binary;
+#   4. profile:         where the server's CPU goes on identity at c=32, per
+#                       protocol (perf record, user space), when perf can.
+# Identity and the echo servers run pinned to core 0 with the load generator
+# on core 1, so each side's CPU per request is its own; the MLPs and the echo
+# baseline they are read against run unpinned, since ONNX Runtime needs both
+# cores. nereid-perf reads the server's CPU time from /proc around every
+# window (--server-pid), so each level also gives CPU per request.
+#
 # Results go to bench/results/ (JSON per run) and bench/report.py prints the
-# table and ratios and writes docs/benchmarks.md. A benchmark, not a test:
-# nothing here fails on a timing. Everything talks to 127.0.0.1 only and
-# every process it starts is stopped by PID.
+# tables, ratios and targets and rewrites its part of docs/benchmarks.md (the
+# hand-written sections stay). A benchmark, not a test: nothing here fails on
+# a timing. Everything talks to 127.0.0.1 only and every process it starts is
+# stopped by PID.
 #
 #   bench/run.sh [--quick]     (--quick: shorter windows, for a smoke run)
 set -euo pipefail
@@ -26,6 +35,7 @@ cargo build --release --locked -p nereid-server -p nereid-bench
 bin="$repo/target/release"
 out="$repo/bench/results"
 rm -rf "$out" && mkdir -p "$out"
+git describe --always --dirty >"$out/commit.txt"
 
 pids=()
 cleanup() {
@@ -44,14 +54,52 @@ wait_for_line() {
 }
 
 cores=$(nproc)
-perf() { # perf NAME PROTOCOL URL MODEL [extra flags]
-    local name=$1 protocol=$2 url=$3 model=$4; shift 4
-    "$bin/nereid-perf" --protocol "$protocol" -u "$url" -m "$model" \
-        --concurrency-list 1,8,32,64 \
+server_core=() client_core=()
+if [ "$cores" -ge 2 ] && command -v taskset >/dev/null; then
+    server_core=(taskset -c 0) client_core=(taskset -c 1)
+fi
+
+# measure NAME PIN PROTOCOL URL MODEL PID [extra flags]; PIN is "pinned" or "free".
+measure() {
+    local name=$1 pin=$2 protocol=$3 url=$4 model=$5 pid=$6; shift 6
+    local runner=()
+    if [ "$pin" = pinned ]; then runner=("${client_core[@]}"); fi
+    "${runner[@]}" "$bin/nereid-perf" --protocol "$protocol" -u "$url" -m "$model" --server-pid "$pid" \
         --measurement-interval "$interval" --json "$out/$name.json" "$@" >"$out/$name.txt" 2>&1 \
         || { echo "nereid-perf failed for $name" >&2; cat "$out/$name.txt" >&2; return 1; }
     cat "$out/$name.txt"
 }
+levels=(--concurrency-list 1,8,32,64)
+
+# start_echo LOG PIN: starts nereid-echo, sets echo_pid, echo_http, echo_grpc.
+start_echo() {
+    local runner=()
+    if [ "$2" = pinned ]; then runner=("${server_core[@]}"); fi
+    "${runner[@]}" "$bin/nereid-echo" --address 127.0.0.1 --http-port 0 --grpc-port 0 --input INPUT0:FP32:-1,256 >"$1" 2>&1 &
+    echo_pid=$!
+    pids+=("$echo_pid")
+    local line
+    line=$(wait_for_line "$1" "listening")
+    echo_http=$(sed -E 's/.*http=([^ ]+).*/\1/' <<<"$line")
+    echo_grpc=$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$line")
+}
+
+# start_server LOG PIN REPOSITORY...: starts nereid-server, sets server_pid, http, grpc.
+start_server() {
+    local log=$1 pin=$2; shift 2
+    local runner=() repos=()
+    if [ "$pin" = pinned ]; then runner=("${server_core[@]}"); fi
+    for r in "$@"; do repos+=(--model-repository "$r"); done
+    "${runner[@]}" "$bin/nereid-server" "${repos[@]}" \
+        --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$log" 2>&1 &
+    server_pid=$!
+    pids+=("$server_pid")
+    http=$(wait_for_line "$log" "Started HTTPService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
+    grpc=$(wait_for_line "$log" "Started GRPCInferenceService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
+    sleep 1
+}
+
+stop() { kill -TERM "$1"; wait "$1" || true; }
 
 echo "== 1. compute limit (in-process ONNX Runtime, $cores intra-op threads)"
 for model in examples/models/mlp_small bench/models/mlp_large; do
@@ -60,40 +108,58 @@ for model in examples/models/mlp_small bench/models/mlp_large; do
         --batch-sizes 1,2,4,8,16,32,64 --duration-ms "$interval" --json "$out/compute-$name.json"
 done
 
-echo "== 2. transport limit (bare tonic / hyper echo)"
-"$bin/nereid-echo" --address 127.0.0.1 --http-port 0 --grpc-port 0 --input INPUT0:FP32:-1,256 >"$out/echo.log" 2>&1 &
-pids+=($!)
-line=$(wait_for_line "$out/echo.log" "listening")
-echo_http=$(sed -E 's/.*http=([^ ]+).*/\1/' <<<"$line")
-echo_grpc=$(sed -E 's/.*grpc=([^ ]+).*/\1/' <<<"$line")
-perf echo-grpc grpc "$echo_grpc" echo --shape INPUT0:1,256 --datatype INPUT0:FP32
-perf echo-http http "$echo_http" echo --shape INPUT0:1,256 --datatype INPUT0:FP32
+echo "== 2. transport limit (bare tonic / hyper echo), pinned, then free for the MLPs' limit"
+start_echo "$out/echo.log" pinned
+measure echo-grpc pinned grpc "$echo_grpc" echo "$echo_pid" "${levels[@]}" --shape INPUT0:1,256 --datatype INPUT0:FP32
+measure echo-http pinned http "$echo_http" echo "$echo_pid" "${levels[@]}" --shape INPUT0:1,256 --datatype INPUT0:FP32
+stop "$echo_pid"
+start_echo "$out/echo-free.log" free
+measure echo-free-grpc free grpc "$echo_grpc" echo "$echo_pid" --concurrency-list 64 --shape INPUT0:1,256 --datatype INPUT0:FP32
+measure echo-free-http free http "$echo_http" echo "$echo_pid" --concurrency-list 64 --shape INPUT0:1,256 --datatype INPUT0:FP32
+stop "$echo_pid"
 
 echo "== 3. nereid-server"
 # Idle memory with the default repository alone, as the README runs it.
-"$bin/nereid-server" --model-repository examples/models \
-    --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$out/server-idle.log" 2>&1 &
-idle_server=$!
-pids+=($idle_server)
-wait_for_line "$out/server-idle.log" "Started HTTPService" >/dev/null
-sleep 1
-grep VmRSS "/proc/$idle_server/status" | awk '{print $2}' >"$out/server-idle-rss-kib.txt"
-kill -TERM "$idle_server"; wait "$idle_server" || true
+start_server "$out/server-idle.log" free examples/models
+grep VmRSS "/proc/$server_pid/status" | awk '{print $2}' >"$out/server-idle-rss-kib.txt"
 echo "idle RSS, examples/models: $(cat "$out/server-idle-rss-kib.txt") KiB"
+stop "$server_pid"
 
-"$bin/nereid-server" --model-repository examples/models --model-repository bench/models \
-    --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$out/server.log" 2>&1 &
-server=$!
-pids+=($server)
-http=$(wait_for_line "$out/server.log" "Started HTTPService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
-grpc=$(wait_for_line "$out/server.log" "Started GRPCInferenceService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
-sleep 1
-grep VmRSS "/proc/$server/status" | awk '{print $2}' >"$out/server-rss-kib.txt"
-echo "idle RSS, examples/models + bench/models: $(cat "$out/server-rss-kib.txt") KiB"
-for model in identity mlp_small mlp_large; do
+start_server "$out/server-pinned.log" pinned examples/models
+for protocol in grpc http; do
+    url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
+    measure "server-identity-$protocol" pinned "$protocol" "$url" identity "$server_pid" "${levels[@]}" --shape INPUT0:1,256
+done
+
+echo "== 4. profile: identity at c=32, server pinned"
+if profiler=$(type -P perf) && "$profiler" record -q -e cpu-clock -o /dev/null -- true >/dev/null 2>&1; then
     for protocol in grpc http; do
         url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
-        perf "server-$model-$protocol" "$protocol" "$url" "$model" --shape INPUT0:1,$([ "$model" = mlp_large ] && echo 1024 || echo 256)
+        "${client_core[@]}" "$bin/nereid-perf" --protocol "$protocol" -u "$url" -m identity --shape INPUT0:1,256 \
+            --concurrency-list 32 --measurement-interval 4000 --max-trials 3 >/dev/null 2>&1 &
+        load=$!
+        sleep 1
+        "$profiler" record -q -e cpu-clock -F 999 -g -p "$server_pid" -o "$out/profile-$protocol.data" -- sleep 5 \
+            >/dev/null 2>&1 || true
+        wait "$load" || true
+        "$profiler" report -i "$out/profile-$protocol.data" --no-children --sort symbol --stdio -g none \
+            --percent-limit 1.5 2>/dev/null | grep -E '^ +[0-9]' >"$out/profile-$protocol.txt" || true
+        rm -f "$out/profile-$protocol.data"
+        echo "$protocol: $(wc -l <"$out/profile-$protocol.txt") frames over 1.5 %"
+    done
+else
+    echo "perf is not usable here; no profile"
+fi
+stop "$server_pid"
+
+start_server "$out/server.log" free examples/models bench/models
+grep VmRSS "/proc/$server_pid/status" | awk '{print $2}' >"$out/server-rss-kib.txt"
+echo "idle RSS, examples/models + bench/models: $(cat "$out/server-rss-kib.txt") KiB"
+for model in mlp_small mlp_large; do
+    for protocol in grpc http; do
+        url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
+        measure "server-$model-$protocol" free "$protocol" "$url" "$model" "$server_pid" "${levels[@]}" \
+            --shape INPUT0:1,$([ "$model" = mlp_large ] && echo 1024 || echo 256)
     done
 done
 

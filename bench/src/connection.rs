@@ -8,10 +8,11 @@ use http::Method;
 use nereid_proto::inference::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
 
 use crate::binary_ext::{self, HEADER_LENGTH};
 use crate::error::{Error, Result};
-use crate::grpc_client::{self, GrpcClient};
+use crate::grpc_client::{self, Infer};
 use crate::http_client::{self, HttpConnection};
 use crate::request::{Payload, PreparedRequest, Protocol};
 
@@ -23,7 +24,7 @@ pub struct Endpoint {
     /// gRPC only: one bidirectional ModelStreamInfer stream per connection.
     pub streaming: bool,
     /// gRPC only: the one connection every worker shares, when given.
-    pub shared: Option<GrpcClient>,
+    pub shared: Option<Channel>,
 }
 
 /// An open bidirectional stream: requests go in, responses come out in
@@ -35,7 +36,7 @@ pub struct GrpcStream {
 
 pub enum Connection {
     Http(HttpConnection),
-    Grpc(GrpcClient),
+    Grpc(Infer),
     Stream(GrpcStream),
 }
 
@@ -44,8 +45,10 @@ impl Connection {
         match (endpoint.protocol, endpoint.streaming) {
             (Protocol::Http, _) => Ok(Connection::Http(HttpConnection::connect(&endpoint.url).await?)),
             (Protocol::Grpc, false) => match &endpoint.shared {
-                Some(shared) => Ok(Connection::Grpc(shared.clone())),
-                None => Ok(Connection::Grpc(grpc_client::connect(&endpoint.url).await?)),
+                Some(shared) => Ok(Connection::Grpc(Infer::new(shared.clone()))),
+                None => Ok(Connection::Grpc(Infer::new(
+                    grpc_client::connect_channel(&endpoint.url).await?,
+                ))),
             },
             (Protocol::Grpc, true) => {
                 let mut client = grpc_client::connect(&endpoint.url).await?;
@@ -79,15 +82,14 @@ impl Connection {
                     binary_ext::parse_header_len(response.headers.get(HEADER_LENGTH).map(|v| v.as_bytes()))?;
                 binary_ext::check_response(&response.body, header_len, expected)
             }
-            (Connection::Grpc(client), Payload::Grpc(message)) => {
+            (Connection::Grpc(client), Payload::Grpc { encoded, .. }) => {
                 let response = client
-                    .model_infer(message.clone())
+                    .call(encoded.clone())
                     .await
-                    .map_err(|s| grpc_client::status_error(&s))?
-                    .into_inner();
+                    .map_err(|s| grpc_client::status_error(&s))?;
                 check_grpc_response(&response, expected)
             }
-            (Connection::Stream(stream), Payload::Grpc(message)) => {
+            (Connection::Stream(stream), Payload::Grpc { message, .. }) => {
                 stream
                     .requests
                     .send(message.clone())

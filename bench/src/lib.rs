@@ -11,6 +11,7 @@
 //! - [`datatype`], [`tensor`] — KServe datatypes and a tensor's raw / JSON forms.
 //! - [`flags`] — `NAME:...` flag values.
 //! - [`latency`] — percentiles.
+//! - [`process_cpu`] — a process's CPU time, for CPU per request.
 //! - [`binary_ext`] — Triton's binary tensor extension, both directions.
 //!
 //! The load generator:
@@ -42,6 +43,7 @@ pub mod input_data;
 pub mod latency;
 pub mod metadata;
 pub mod perf;
+pub mod process_cpu;
 pub mod request;
 pub mod tensor;
 pub mod vad;

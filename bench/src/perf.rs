@@ -70,7 +70,7 @@ pub async fn run(args: PerfArgs) -> anyhow::Result<Vec<LevelResult>> {
         protocol: args.protocol,
         streaming: args.streaming,
         shared: match (args.one_connection, args.protocol) {
-            (true, Protocol::Grpc) => Some(crate::grpc_client::connect(&url).await?),
+            (true, Protocol::Grpc) => Some(crate::grpc_client::connect_channel(&url).await?),
             _ => None,
         },
     });
@@ -81,6 +81,10 @@ pub async fn run(args: PerfArgs) -> anyhow::Result<Vec<LevelResult>> {
         warmup: Duration::from_millis(args.warmup),
         stability_pct: args.stability_percentage,
         max_trials: args.max_trials as usize,
+        server_cpu: args
+            .server_pid
+            .map(|pid| crate::process_cpu::ProcessCpu::of(pid).with_context(|| format!("reading /proc/{pid}/stat")))
+            .transpose()?,
     };
     let levels: Vec<Level> = match &args.request_rate_range {
         Some(rates) => rates.levels().into_iter().map(Level::RequestRate).collect(),
@@ -111,12 +115,15 @@ pub async fn run(args: PerfArgs) -> anyhow::Result<Vec<LevelResult>> {
         };
         let row = LevelResult::new(protocol, level, &m);
         eprintln!(
-            "  {}: {:.1} infer/s, p50 {} us, p99 {} us, {} errors{}",
+            "  {}: {:.1} infer/s, p50 {} us, p99 {} us, {} errors{}{}",
             level,
             row.throughput,
             row.p50_us,
             row.p99_us,
             row.errors,
+            row.server_cpu_us_per_request
+                .map(|us| format!(", server CPU {us:.1} us/request"))
+                .unwrap_or_default(),
             if row.stable { "" } else { " (unstable)" }
         );
         rows.push(row);

@@ -2,14 +2,17 @@
 //!
 //! HTTP: the whole body (JSON header + raw bytes, or plain JSON) is one
 //! `Bytes`, cloned by reference count per request, with its header values
-//! pre-built. gRPC: one `ModelInferRequest` whose `raw_input_contents` are
-//! `Bytes`, so a clone copies a few short strings and no tensor data.
+//! pre-built. gRPC: the protobuf bytes of one `ModelInferRequest`, for
+//! unary calls, and the message itself for streams (whose
+//! `raw_input_contents` are `Bytes`, so a clone copies no tensor data).
 
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use http::HeaderValue;
 use nereid_proto::inference::ModelInferRequest;
 use nereid_proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use prost::Message;
 
 use crate::binary_ext::{self, EncodedRequest};
 use crate::error::{Error, Result};
@@ -40,7 +43,11 @@ pub enum Payload {
         /// `Inference-Header-Content-Length`, for binary bodies.
         header_len: Option<HeaderValue>,
     },
-    Grpc(ModelInferRequest),
+    Grpc {
+        message: ModelInferRequest,
+        /// `message`, encoded.
+        encoded: Bytes,
+    },
 }
 
 /// A ready-to-send request and what its response must contain.
@@ -74,7 +81,11 @@ impl PreparedRequest {
                 let header_len = body.header_len.map(HeaderValue::from);
                 Payload::Http { path, body, header_len }
             }
-            Protocol::Grpc => Payload::Grpc(grpc_request(target, inputs, &outputs)),
+            Protocol::Grpc => {
+                let message = grpc_request(target, inputs, &outputs);
+                let encoded = Bytes::from(message.encode_to_vec());
+                Payload::Grpc { message, encoded }
+            }
         };
         if let Payload::Http { path, .. } = &payload {
             path.parse::<http::Uri>()
@@ -156,9 +167,10 @@ mod tests {
     fn grpc_shares_tensor_bytes() {
         let inputs = input();
         let r = PreparedRequest::new(&target(Protocol::Grpc, "1"), &inputs, vec!["OUTPUT0".into()]).unwrap();
-        let Payload::Grpc(m) = r.payload else {
+        let Payload::Grpc { message: m, encoded } = r.payload else {
             panic!("not grpc")
         };
+        assert_eq!(ModelInferRequest::decode(encoded).unwrap(), m);
         assert_eq!(m.model_version, "1");
         assert_eq!(m.inputs[0].shape, vec![1, 2]);
         assert_eq!(m.outputs[0].name, "OUTPUT0");

@@ -38,6 +38,7 @@ use serde::Serialize;
 use crate::grpc_client::{self, GrpcClient};
 use crate::input_data::SplitMix64;
 use crate::latency::LatencySummary;
+use crate::process_cpu::ProcessCpu;
 
 const RATE: usize = 16_000;
 const CHUNK: usize = 512;
@@ -74,9 +75,6 @@ pub struct VadArgs {
     /// ONNX Runtime shared library (libonnxruntime.so.1.3x).
     #[arg(long, env = "ORT_DYLIB_PATH")]
     pub onnxruntime_library: PathBuf,
-    /// Kernel clock ticks per second (`getconf CLK_TCK`), for /proc times.
-    #[arg(long, default_value_t = 100)]
-    pub clock_ticks: u64,
     /// Audio seconds each baseline runs.
     #[arg(long, default_value_t = 60)]
     pub baseline_seconds: u64,
@@ -116,26 +114,8 @@ pub struct Latency {
 }
 
 /// CPU seconds (user + system) of a process so far.
-fn cpu_seconds(pid: &str, ticks: u64) -> anyhow::Result<f64> {
-    let stat =
-        std::fs::read_to_string(format!("/proc/{pid}/stat")).with_context(|| format!("reading /proc/{pid}/stat"))?;
-    Ok(cpu_ticks(&stat).with_context(|| format!("parsing /proc/{pid}/stat"))? as f64 / ticks as f64)
-}
-
-/// utime + stime from a `/proc/<pid>/stat` line (fields 14 and 15).
-fn cpu_ticks(stat: &str) -> anyhow::Result<u64> {
-    // The command name may hold spaces and parentheses; the fields
-    // follow its last ')', starting with field 3.
-    let (_, rest) = stat.rsplit_once(')').ok_or_else(|| anyhow!("no command name"))?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| -> anyhow::Result<u64> {
-        fields
-            .get(n - 3)
-            .ok_or_else(|| anyhow!("too short"))?
-            .parse()
-            .context("a CPU time field")
-    };
-    Ok(field(14)? + field(15)?)
+fn cpu_seconds(process: &ProcessCpu) -> anyhow::Result<f64> {
+    Ok(process.used().context("reading a process's CPU time")?.as_secs_f64())
 }
 
 /// One stream's audio: noise in 512-sample chunks (the model's cost does
@@ -254,7 +234,7 @@ fn session(args: &VadArgs) -> anyhow::Result<Session> {
 
 /// Runs the shipped model directly on `batch` streams at once, chunk step
 /// by chunk step, for `seconds` of audio in all; CPU ms per audio second.
-fn direct(session: &mut Session, batch: usize, seconds: u64, ticks: u64) -> anyhow::Result<f64> {
+fn direct(session: &mut Session, batch: usize, seconds: u64) -> anyhow::Result<f64> {
     let steps = ((seconds as usize * RATE / CHUNK) / batch).max(1);
     let mut rng = SplitMix64::new(99);
     let audio: Vec<f32> = (0..batch * CHUNK)
@@ -263,7 +243,8 @@ fn direct(session: &mut Session, batch: usize, seconds: u64, ticks: u64) -> anyh
     let mut state = vec![0f32; 2 * batch * 128];
     let mut context = vec![0f32; batch * CONTEXT];
     let sr = Tensor::from_array(((), vec![RATE as i64])).context("the sample rate tensor")?;
-    let before = cpu_seconds("self", ticks)?;
+    let me = ProcessCpu::current()?;
+    let before = cpu_seconds(&me)?;
     for _ in 0..steps {
         let mut x = Vec::with_capacity(batch * (CONTEXT + CHUNK));
         for b in 0..batch {
@@ -284,7 +265,7 @@ fn direct(session: &mut Session, batch: usize, seconds: u64, ticks: u64) -> anyh
             .map_err(|e| anyhow!("stateN: {e}"))?;
         state = next.to_vec();
     }
-    let cpu = cpu_seconds("self", ticks)? - before;
+    let cpu = cpu_seconds(&me)? - before;
     let audio_seconds = (steps * batch * CHUNK) as f64 / RATE as f64;
     Ok(cpu * 1000.0 / audio_seconds)
 }
@@ -299,7 +280,8 @@ pub async fn run(args: &VadArgs) -> anyhow::Result<VadResult> {
     }
     let per_stream = (args.seconds as usize * RATE) / CHUNK;
     let model = Arc::new(args.model.clone());
-    let pid = args.server_pid.to_string();
+    let server = ProcessCpu::of(args.server_pid).with_context(|| format!("reading /proc/{}/stat", args.server_pid))?;
+    let client = ProcessCpu::current()?;
     eprintln!(
         "nereid-vad: {} streams x {} chunks ({} s of audio each) at real time",
         args.streams, per_stream, args.seconds
@@ -311,13 +293,13 @@ pub async fn run(args: &VadArgs) -> anyhow::Result<VadResult> {
     let mut session = session(args)?;
     let baseline = |session: &mut Session| -> anyhow::Result<(f64, f64)> {
         Ok((
-            direct(session, 1, args.baseline_seconds, args.clock_ticks)?,
-            direct(session, args.streams, args.baseline_seconds, args.clock_ticks)?,
+            direct(session, 1, args.baseline_seconds)?,
+            direct(session, args.streams, args.baseline_seconds)?,
         ))
     };
     let (batch1_before, batched_before) = baseline(&mut session)?;
-    let server_before = cpu_seconds(&pid, args.clock_ticks)?;
-    let client_before = cpu_seconds("self", args.clock_ticks)?;
+    let server_before = cpu_seconds(&server)?;
+    let client_before = cpu_seconds(&client)?;
     let began = Instant::now();
     let start = tokio::time::Instant::now() + Duration::from_millis(100);
     let mut tasks = Vec::with_capacity(args.streams);
@@ -343,8 +325,8 @@ pub async fn run(args: &VadArgs) -> anyhow::Result<VadResult> {
         first_error = first_error.or(outcome.first_error);
     }
     let wall_seconds = began.elapsed().as_secs_f64();
-    let server_cpu_seconds = cpu_seconds(&pid, args.clock_ticks)? - server_before;
-    let client_cpu_seconds = cpu_seconds("self", args.clock_ticks)? - client_before;
+    let server_cpu_seconds = cpu_seconds(&server)? - server_before;
+    let client_cpu_seconds = cpu_seconds(&client)? - client_before;
     if let Some(error) = &first_error {
         eprintln!("nereid-vad: {failed} chunks failed; the first: {error}");
     }
@@ -410,17 +392,4 @@ pub fn table(r: &VadResult) -> String {
         r.client_cpu_seconds,
         r.wall_seconds,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cpu_time_is_read_past_a_command_name_with_spaces() {
-        let stat = "4242 (tokio (io) 1) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9 0 1000 0 0";
-        assert_eq!(cpu_ticks(stat).unwrap(), 325);
-        assert!(cpu_ticks("4242 (x) S 1").is_err());
-        assert!(cpu_seconds("self", 100).unwrap() >= 0.0);
-    }
 }

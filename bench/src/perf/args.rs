@@ -118,6 +118,11 @@ pub struct PerfArgs {
     #[arg(long)]
     pub json: Option<PathBuf>,
 
+    /// The server's process id (same machine): report its CPU time per
+    /// successful request, read from /proc/<pid>/stat around each window.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+
     /// Write the results as CSV here.
     #[arg(long)]
     pub csv: Option<PathBuf>,

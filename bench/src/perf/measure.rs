@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::latency::LatencySummary;
 use crate::perf::recorder::{Recorder, Window};
 use crate::perf::stability::{self, WINDOWS};
+use crate::process_cpu::ProcessCpu;
 
 #[derive(Debug, Clone)]
 pub struct MeasureConfig {
@@ -20,6 +21,8 @@ pub struct MeasureConfig {
     pub warmup: Duration,
     pub stability_pct: f64,
     pub max_trials: usize,
+    /// The server's process, when its CPU per request is asked for.
+    pub server_cpu: Option<ProcessCpu>,
 }
 
 /// One window and how long it actually lasted.
@@ -27,6 +30,8 @@ pub struct MeasureConfig {
 pub struct TimedWindow {
     pub window: Window,
     pub elapsed: Duration,
+    /// The server's CPU time over the window, when it is watched.
+    pub server_cpu: Option<Duration>,
 }
 
 impl TimedWindow {
@@ -52,25 +57,33 @@ pub struct Measurement {
     pub stable: bool,
     /// Windows measured (after warmup).
     pub windows: usize,
+    /// The server's CPU time per successful request over the windows the
+    /// rates come from, in microseconds.
+    pub server_cpu_us_per_request: Option<f64>,
 }
 
 /// Measures while workers feed `recorder`; returns when stable or after
 /// `max_trials` windows.
 pub async fn measure(recorder: &Recorder, config: &MeasureConfig) -> Measurement {
     tokio::time::sleep(config.warmup).await;
+    let cpu_now = || config.server_cpu.as_ref().and_then(|p| p.used().ok());
     recorder.take();
     let mut start = Instant::now();
+    let mut cpu_start = cpu_now();
     let mut windows = Vec::new();
     let mut throughputs = Vec::new();
     for _ in 0..config.max_trials.max(1) {
         tokio::time::sleep_until(start + config.interval).await;
         let window = recorder.take();
         let now = Instant::now();
+        let cpu = cpu_now();
         let timed = TimedWindow {
             window,
             elapsed: now - start,
+            server_cpu: cpu.zip(cpu_start).map(|(end, begin)| end.saturating_sub(begin)),
         };
         start = now;
+        cpu_start = cpu;
         throughputs.push(timed.throughput());
         windows.push(timed);
         if stability::is_stable(&throughputs, config.stability_pct) {
@@ -99,6 +112,10 @@ pub fn summarize(windows: Vec<TimedWindow>, stability_pct: f64) -> Measurement {
     } else {
         0.0
     };
+    let server_cpu: Option<Duration> = last.iter().map(|w| w.server_cpu).sum();
+    let server_cpu_us_per_request = server_cpu
+        .filter(|_| !latencies.is_empty())
+        .map(|cpu| cpu.as_secs_f64() * 1e6 / latencies.len() as f64);
     Measurement {
         throughput,
         latency: LatencySummary::from_samples(&mut latencies),
@@ -107,6 +124,7 @@ pub fn summarize(windows: Vec<TimedWindow>, stability_pct: f64) -> Measurement {
         late,
         stable,
         windows: count,
+        server_cpu_us_per_request,
     }
 }
 
@@ -123,6 +141,7 @@ mod tests {
                 late: 0,
             },
             elapsed: Duration::from_millis(ms),
+            server_cpu: Some(Duration::from_millis(ms / 10)),
         }
     }
 
@@ -141,6 +160,8 @@ mod tests {
         assert_eq!(m.errors, 2);
         assert_eq!(m.first_error.as_deref(), Some("e900"));
         assert_eq!(m.windows, 4);
+        // 3 windows of 100 ms of server CPU over 300 requests.
+        assert_eq!(m.server_cpu_us_per_request, Some(1000.0));
     }
 
     #[test]
@@ -161,6 +182,7 @@ mod tests {
             warmup: Duration::from_millis(50),
             stability_pct: 10.0,
             max_trials: 10,
+            server_cpu: None,
         };
         let feeder = async {
             loop {

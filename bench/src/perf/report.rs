@@ -27,6 +27,8 @@ pub struct LevelResult {
     pub late: u64,
     pub stable: bool,
     pub windows: usize,
+    /// The server's CPU time per successful request (with `--server-pid`).
+    pub server_cpu_us_per_request: Option<f64>,
 }
 
 /// Which knob a level turned.
@@ -67,6 +69,7 @@ impl LevelResult {
             late: m.late,
             stable: m.stable,
             windows: m.windows,
+            server_cpu_us_per_request: m.server_cpu_us_per_request,
         }
     }
 
@@ -82,13 +85,24 @@ impl LevelResult {
 /// The human table for stdout, with first error messages underneath.
 pub fn table(rows: &[LevelResult]) -> String {
     let mut out = format!(
-        "{:<11} {:<12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7} {:>8}\n",
-        "proto", "level", "infer/s", "p50 us", "p90 us", "p95 us", "p99 us", "avg us", "errors", "late", "stable"
+        "{:<11} {:<12} {:>12} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>7} {:>8} {:>11}\n",
+        "proto",
+        "level",
+        "infer/s",
+        "p50 us",
+        "p90 us",
+        "p95 us",
+        "p99 us",
+        "avg us",
+        "errors",
+        "late",
+        "stable",
+        "srv cpu us"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<11} {:<12} {:>12.1} {:>9} {:>9} {:>9} {:>9} {:>10.1} {:>8} {:>7} {:>8}",
+            "{:<11} {:<12} {:>12.1} {:>9} {:>9} {:>9} {:>9} {:>10.1} {:>8} {:>7} {:>8} {:>11}",
             r.protocol,
             r.level_label(),
             r.throughput,
@@ -100,6 +114,9 @@ pub fn table(rows: &[LevelResult]) -> String {
             r.errors,
             r.late,
             if r.stable { "yes" } else { "NO" },
+            r.server_cpu_us_per_request
+                .map(|us| format!("{us:.1}"))
+                .unwrap_or_else(|| "-".into()),
         );
     }
     for r in rows {
@@ -114,7 +131,7 @@ pub fn json(rows: &[LevelResult]) -> String {
     serde_json::to_string_pretty(rows).unwrap_or_else(|_| "[]".into())
 }
 
-const CSV_HEADER: &str = "protocol,mode,concurrency,request_rate,throughput,p50_us,p90_us,p95_us,p99_us,avg_us,errors,late,stable,first_error";
+const CSV_HEADER: &str = "protocol,mode,concurrency,request_rate,throughput,p50_us,p90_us,p95_us,p99_us,avg_us,errors,late,stable,first_error,server_cpu_us_per_request";
 
 /// Quotes a CSV field when it needs it (RFC 4180).
 fn csv_field(s: &str) -> String {
@@ -130,7 +147,7 @@ pub fn csv(rows: &[LevelResult]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{},{},{},{},{:.3},{},{},{},{},{:.1},{},{},{},{}",
+            "{},{},{},{},{:.3},{},{},{},{},{:.1},{},{},{},{},{}",
             r.protocol,
             r.mode,
             r.concurrency.map(|c| c.to_string()).unwrap_or_default(),
@@ -145,6 +162,9 @@ pub fn csv(rows: &[LevelResult]) -> String {
             r.late,
             r.stable,
             csv_field(r.first_error.as_deref().unwrap_or("")),
+            r.server_cpu_us_per_request
+                .map(|us| format!("{us:.2}"))
+                .unwrap_or_default(),
         );
     }
     out
@@ -170,6 +190,7 @@ mod tests {
             late: 0,
             stable: true,
             windows: 3,
+            server_cpu_us_per_request: Some(21.5),
         };
         LevelResult::new("http", Level::Concurrency(4), &m)
     }
@@ -181,7 +202,9 @@ mod tests {
         assert_eq!(lines.next(), Some(CSV_HEADER));
         assert_eq!(
             lines.next(),
-            Some("http,concurrency,4,,1234.500,10,20,30,40,12.5,1,0,true,\"status: HTTP 500: \"\"boom\"\", sorry\"")
+            Some(
+                "http,concurrency,4,,1234.500,10,20,30,40,12.5,1,0,true,\"status: HTTP 500: \"\"boom\"\", sorry\",21.50"
+            )
         );
     }
 
@@ -195,6 +218,7 @@ mod tests {
         assert!(o["request_rate"].is_null());
         assert_eq!(o["p99_us"], 40);
         assert_eq!(o["stable"], true);
+        assert_eq!(o["server_cpu_us_per_request"], 21.5);
         let rate = LevelResult::new("grpc", Level::RequestRate(50.0), &Measurement::default());
         let v: serde_json::Value = serde_json::from_str(&json(&[rate])).unwrap();
         assert_eq!(v[0]["request_rate"], 50.0);
