@@ -107,8 +107,12 @@ impl Scheduler {
                 let parameters = work.parameters;
                 on_instances(inputs, work, statistics, |p| batcher.enqueue(p, key, parameters)).await
             }
-            Scheduler::Ensemble(ensemble) => counted(&work, statistics, ensemble.run(inputs, &work)).await,
-            Scheduler::Remote(remote) => counted(&work, statistics, remote.infer(inputs, &work)).await,
+            // Boxed: these futures are kilobytes (a whole DAG's, a client's),
+            // and every future awaiting this one would carry their size
+            // (twice, as rustc lays nested futures out today) on the
+            // per-request path of every other model.
+            Scheduler::Ensemble(ensemble) => counted(&work, statistics, Box::pin(ensemble.run(inputs, &work))).await,
+            Scheduler::Remote(remote) => counted(&work, statistics, Box::pin(remote.infer(inputs, &work))).await,
         }
     }
 }
