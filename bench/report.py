@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import re
 from pathlib import Path
 
 CONCURRENCIES = (1, 8, 32, 64)
@@ -47,6 +48,10 @@ def fmt_ratio(value: float | None) -> str:
 
 def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("met" if ok else "**missed**")
+
+
+# A line of `perf report --sort dso,symbol --stdio`: share, object, [k] or [.], frame.
+PROFILE_LINE = re.compile(r"^\s*(?P<share>[\d.]+%)\s+(?P<object>\S+)\s+\[(?P<kind>.)\]\s+(?P<frame>.*?)[\s-]*$")
 
 
 def cpu(row: dict | None) -> float | None:
@@ -114,14 +119,15 @@ def build(results: Path) -> str:
     )
     out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for m in MODELS:
-        # Identity is read against the pinned echo, the MLPs against the free one.
-        baseline = echo if m == "identity" else echo_free
+        # Identity is the transport's rival; the MLPs are read against the
+        # compute limit here and against both limits in the targets.
+        baseline = echo if m == "identity" else {}
         for p in PROTOCOLS:
             for c in CONCURRENCIES:
                 row = server[(m, p)].get(c)
                 if not row:
                     continue
-                e = baseline[p].get(c)
+                e = baseline.get(p, {}).get(c)
                 vs_echo = row["throughput"] / e["throughput"] if e and e["throughput"] else None
                 cpu_ratio = cpu(row) / cpu(e) if cpu(row) is not None and cpu(e) else None
                 vs_compute = row["throughput"] / best[m] if m in best and best[m] else None
@@ -136,19 +142,27 @@ def build(results: Path) -> str:
     if any(f.exists() for f in profiles.values()):
         out.append("## Profile: nereid-server on identity, c=32, pinned\n")
         out.append(
-            "`perf record -e cpu-clock -g` on the server for 5 s of the load, user space only "
-            "(`perf_event_paranoid` 2 hides the kernel); frames at 1.5 % of samples or more, self time.\n"
+            "`perf record -e cpu-clock` on the server for 5 s of the load; frames with 1 % of the samples or "
+            "more, self time, kernel frames marked [k]. Samples with no symbol are left out.\n"
         )
         for p, f in profiles.items():
             if not f.exists():
                 continue
-            out.append(f"{PROTOCOL_NAMES[p]}:\n")
-            out.append("| self | frame |")
-            out.append("|---:|---|")
-            for line in f.read_text().splitlines()[:15]:
-                share, _, frame = line.strip().partition(" ")
-                frame = frame.strip().removeprefix("[.] ").removeprefix("[k] ").replace("|", "\\|")
-                out.append(f"| {share} | `{frame[:110]}` |")
+            objects = results / f"profile-{p}-objects.txt"
+            shares = []
+            if objects.exists():
+                for line in objects.read_text().splitlines():
+                    share, _, name = line.strip().partition(" ")
+                    shares.append(f"{name.strip()} {share}")
+            out.append(f"{PROTOCOL_NAMES[p]} ({', '.join(shares) or 'no per-object split'}):\n")
+            out.append("| self | object | frame |")
+            out.append("|---:|---|---|")
+            for line in f.read_text().splitlines():
+                m = PROFILE_LINE.match(line)
+                if not m or m["frame"].startswith("0x"):
+                    continue
+                frame = m["frame"].replace("|", "\\|")[:110]
+                out.append(f"| {m['share']} | {m['object']} | `[{m['kind']}] {frame}` |")
             out.append("")
 
     out.append("## Targets\n")

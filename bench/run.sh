@@ -142,10 +142,12 @@ if profiler=$(type -P perf) && "$profiler" record -q -e cpu-clock -o /dev/null -
         "$profiler" record -q -e cpu-clock -F 999 -g -p "$server_pid" -o "$out/profile-$protocol.data" -- sleep 5 \
             >/dev/null 2>&1 || true
         wait "$load" || true
-        "$profiler" report -i "$out/profile-$protocol.data" --no-children --sort symbol --stdio -g none \
-            --percent-limit 1.5 2>/dev/null | grep -E '^ +[0-9]' >"$out/profile-$protocol.txt" || true
+        "$profiler" report -i "$out/profile-$protocol.data" --no-children --sort dso,symbol --stdio -g none \
+            --percent-limit 1 2>/dev/null | grep -E '^ +[0-9]' >"$out/profile-$protocol.txt" || true
+        "$profiler" report -i "$out/profile-$protocol.data" --no-children --sort dso --stdio -g none \
+            --percent-limit 1 2>/dev/null | grep -E '^ +[0-9]' >"$out/profile-$protocol-objects.txt" || true
         rm -f "$out/profile-$protocol.data"
-        echo "$protocol: $(wc -l <"$out/profile-$protocol.txt") frames over 1.5 %"
+        echo "$protocol: $(wc -l <"$out/profile-$protocol.txt") frames at 1 % or more"
     done
 else
     echo "perf is not usable here; no profile"
