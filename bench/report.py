@@ -206,7 +206,7 @@ def build(results: Path) -> str:
                 f"= {limit:.0f}/s | {r:.2f} | >= 0.80 | {verdict(r >= 0.8)} |"
             )
     for p in PROTOCOLS:
-        row, e = server[("mlp_small", p)].get(1), echo_free[p].get(1) or echo[p].get(1)
+        row, e = server[("mlp_small", p)].get(1), echo[p].get(1)
         if row and e and "mlp_small" in batch1_p50:
             budget = e["p50_us"] + batch1_p50["mlp_small"] + 50
             out.append(

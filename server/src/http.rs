@@ -26,11 +26,10 @@ pub mod serve;
 mod settings;
 mod shared_memory;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Request, State};
+use axum::extract::{RawPathParams, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -224,14 +223,22 @@ async fn server_metadata(State(s): State<AppState>) -> Response {
 }
 
 /// The model name and version string ("" when absent) from the path.
-pub(crate) fn model_path(params: &HashMap<String, String>) -> (&str, &str) {
-    (
-        params.get("model").map_or("", String::as_str),
-        params.get("version").map_or("", String::as_str),
-    )
+///
+/// Read from the raw parameters: `Path<HashMap<..>>` would build a map of
+/// owned strings on every request, the infer route's included.
+pub(crate) fn model_path(params: &RawPathParams) -> (&str, &str) {
+    let (mut model, mut version) = ("", "");
+    for (key, value) in params {
+        match key {
+            "model" => model = value,
+            "version" => version = value,
+            _ => {}
+        }
+    }
+    (model, version)
 }
 
-async fn model_metadata(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+async fn model_metadata(State(s): State<AppState>, p: RawPathParams) -> HandlerResult {
     let (model, version) = model_path(&p);
     let m = s.server.model_metadata(model, version)?;
     let tensors = |ts: &[TensorMetadata]| -> Vec<Value> {
@@ -249,19 +256,19 @@ async fn model_metadata(State(s): State<AppState>, Path(p): Path<HashMap<String,
     .into_response())
 }
 
-async fn model_ready(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+async fn model_ready(State(s): State<AppState>, p: RawPathParams) -> HandlerResult {
     let (model, version) = model_path(&p);
     s.server.model_ready(model, version)?;
     Ok(StatusCode::OK.into_response())
 }
 
-async fn model_config(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+async fn model_config(State(s): State<AppState>, p: RawPathParams) -> HandlerResult {
     let (model, version) = model_path(&p);
     let config = s.server.model_config(model, version)?;
     Ok(axum::Json(config_json::to_json(&config)).into_response())
 }
 
-async fn statistics(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+async fn statistics(State(s): State<AppState>, p: RawPathParams) -> HandlerResult {
     let (model, version) = model_path(&p);
     let name = (!model.is_empty()).then_some(model);
     let stats = s.server.statistics(name, version)?;

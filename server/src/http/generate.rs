@@ -13,12 +13,11 @@
 //! an error after it is an event `data: {"error": "..."}` that ends the
 //! stream. A client that goes away cancels the request.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{RawPathParams, State};
 use axum::response::IntoResponse;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -42,7 +41,7 @@ use crate::tensor::Tensor;
 /// `POST /v2/models/{m}[/versions/{v}]/generate`: one response.
 pub(super) async fn generate(
     State(s): State<AppState>,
-    Path(p): Path<HashMap<String, String>>,
+    p: RawPathParams,
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
@@ -72,7 +71,7 @@ pub(super) async fn generate(
 /// as server-sent events.
 pub(super) async fn generate_stream(
     State(s): State<AppState>,
-    Path(p): Path<HashMap<String, String>>,
+    p: RawPathParams,
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
@@ -127,7 +126,7 @@ fn error_event(error: &Error) -> Bytes {
 }
 
 /// Reads and decodes a generate request for the model in the path.
-async fn receive(s: &AppState, p: &HashMap<String, String>, headers: &HeaderMap, body: Body) -> Result<InferRequest> {
+async fn receive(s: &AppState, p: &RawPathParams, headers: &HeaderMap, body: Body) -> Result<InferRequest> {
     let (model, version_text) = model_path(p);
     let version = parse_version(version_text)?;
     // As for infer, an unknown model is reported before the body is read.

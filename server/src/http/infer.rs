@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, header};
 
-use super::{AppState, HandlerResult, body, compression, infer_codec};
+use super::{AppState, HandlerResult, body, compression, infer_codec, model_path};
 use crate::error::Error;
 use crate::memory_budget::Reservation;
 use crate::request;
@@ -19,18 +19,10 @@ use crate::server::parse_version;
 /// megabytes of JSON would stall every other connection on that thread.
 const OFFLOAD_BYTES: usize = 64 << 10;
 
-/// Takes the path's parameters raw and the request whole: the typed
-/// extractors would build a map of owned strings and clone the header map
-/// on every request, which the profile showed (issue 16).
+/// Takes the request whole: the `HeaderMap` extractor would clone the
+/// headers on every request, which the profile showed (issue 16).
 pub(super) async fn infer(State(s): State<AppState>, params: RawPathParams, request: Request) -> HandlerResult {
-    let (mut model, mut version_text) = ("", "");
-    for (key, value) in &params {
-        match key {
-            "model" => model = value,
-            "version" => version_text = value,
-            _ => {}
-        }
-    }
+    let (model, version_text) = model_path(&params);
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let version = parse_version(version_text)?;
