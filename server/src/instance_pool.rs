@@ -30,6 +30,7 @@ use crate::batch;
 use crate::error::{Error, Result};
 use crate::scheduler::Pending;
 use crate::statistics::ModelStatistics;
+use crate::tensor::Tensor;
 use crate::trace::{self, RequestTrace};
 
 /// How many jobs may wait per instance in front of the default scheduler.
@@ -96,20 +97,51 @@ impl Inline {
         })
     }
 
-    /// Runs `job` on a free instance, or waits for one: they are busy for
+    /// A free instance, or the next one to be free: they are busy for
     /// microseconds.
-    fn run(&self, job: Job) {
+    fn instance(&self) -> parking_lot::MutexGuard<'_, Box<dyn ModelInstance>> {
         let count = self.instances.len();
         let first = self.next.fetch_add(1, Ordering::Relaxed) % count;
-        let mut instance = (0..count)
+        (0..count)
             .find_map(|i| self.instances[(first + i) % count].try_lock())
-            .unwrap_or_else(|| self.instances[first].lock());
+            .unwrap_or_else(|| self.instances[first].lock())
+    }
+
+    /// Runs `job` on a free instance.
+    fn run(&self, job: Job) {
+        let mut instance = self.instance();
         // As on an instance thread: a panic around the batch fails only it
         // (its requests' replies drop: "stopped before answering").
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&self.source, instance.as_mut(), job)));
         if ran.is_err() {
             tracing::error!(model = %self.source.model, version = self.source.version, "a job panicked outside its batch; the instance goes on");
         }
+    }
+
+    /// Runs one request now and returns its outputs: it never waits in a
+    /// queue, so it needs no [`Pending`], no payload to cancel and no reply
+    /// channel, only the statistics a queued request would have (a queue
+    /// time of zero).
+    fn run_now(&self, inputs: Vec<Tensor>, batch_size: usize, trace: Option<Arc<RequestTrace>>) -> Result<Vec<Tensor>> {
+        let mut instance = self.instance();
+        let started = Instant::now();
+        self.source.statistics.record_queue(std::time::Duration::ZERO);
+        let traces = match trace {
+            Some(trace) => {
+                trace.child("queue", started, started);
+                vec![trace]
+            }
+            None => Vec::new(),
+        };
+        execute(
+            &self.source,
+            instance.as_mut(),
+            started,
+            vec![inputs],
+            &[batch_size],
+            &traces,
+            Ok,
+        )
     }
 }
 
@@ -178,6 +210,26 @@ impl InstancePool {
             }
         }
         Ok(pool)
+    }
+
+    /// Whether the instances run on the submitting thread
+    /// ([`Backend::runs_inline`]), so [`Self::run_now`] can be used.
+    pub fn runs_inline(&self) -> bool {
+        self.inline.is_some()
+    }
+
+    /// Runs one request on the calling thread and returns its outputs (a
+    /// pool whose instances have threads of their own refuses).
+    pub fn run_now(
+        &self,
+        inputs: Vec<Tensor>,
+        batch_size: usize,
+        trace: Option<Arc<RequestTrace>>,
+    ) -> Result<Vec<Tensor>> {
+        match &self.inline {
+            Some(inline) => inline.run_now(inputs, batch_size, trace),
+            None => Err(Error::internal("run_now on instances that run on their own threads")),
+        }
     }
 
     /// Queues a job, refusing at once when the queue is full; an inline
@@ -263,7 +315,7 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
 
 /// A queued request as an instance takes it up.
 struct Admitted {
-    inputs: Vec<crate::tensor::Tensor>,
+    inputs: Vec<Tensor>,
     batch_size: usize,
     reply: crate::scheduler::Reply,
     trace: Option<Arc<RequestTrace>>,
@@ -312,35 +364,12 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
     if replies.is_empty() {
         return;
     }
-    let _executing = source.statistics.executing(replies.len());
-    // Nothing below may take the thread down: a panic anywhere (backend,
-    // batch assembly, statistics, splitting) fails this batch and only it.
-    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let batch_inputs = batch::assemble(inputs, &sizes);
-        let execution = instance.execute(batch_inputs)?;
-        let total: usize = sizes.iter().sum();
-        source
-            .statistics
-            .record_execution(total as u64, replies.len() as u64, execution.timing);
-        if !traces.is_empty() {
-            let timing = execution.timing;
-            for trace in &traces {
-                trace.compute(started, timing);
-            }
-            let traced: Vec<&Arc<RequestTrace>> = traces.iter().collect();
-            let ended = started + timing.input + timing.infer + timing.output;
-            trace::request::batch(&traced, started, ended, total);
-        }
-        if replies.len() == 1 {
-            Ok(vec![execution.outputs])
+    let outcome = execute(source, instance, started, inputs, &sizes, &traces, |outputs| {
+        if sizes.len() == 1 {
+            Ok(vec![outputs])
         } else {
-            batch::split(execution.outputs, &sizes)
+            batch::split(outputs, &sizes)
         }
-    }))
-    .unwrap_or_else(|panic| {
-        let what = panic_message(panic.as_ref());
-        tracing::error!(model = %source.model, version = source.version, panic = %what, "a batch panicked; its requests fail, the instance goes on");
-        Err(Error::internal(format!("the model instance panicked while executing: {what}")))
     });
     match outcome {
         Ok(per_request) => {
@@ -354,6 +383,46 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
             }
         }
     }
+}
+
+/// Executes one batch made of `inputs` (per request, `sizes` rows each),
+/// records it, and hands its outputs (batched) to `finish`, which cuts
+/// them per request. Nothing in here may take the thread down: a panic
+/// anywhere (backend, batch assembly, statistics, splitting) fails this
+/// batch and only it.
+fn execute<R>(
+    source: &InstanceSource,
+    instance: &mut dyn ModelInstance,
+    started: Instant,
+    inputs: Vec<Vec<Tensor>>,
+    sizes: &[usize],
+    traces: &[Arc<RequestTrace>],
+    finish: impl FnOnce(Vec<Tensor>) -> Result<R>,
+) -> Result<R> {
+    let _executing = source.statistics.executing(sizes.len());
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let batch_inputs = batch::assemble(inputs, sizes);
+        let execution = instance.execute(batch_inputs)?;
+        let total: usize = sizes.iter().sum();
+        source
+            .statistics
+            .record_execution(total as u64, sizes.len() as u64, execution.timing);
+        if !traces.is_empty() {
+            let timing = execution.timing;
+            for trace in traces {
+                trace.compute(started, timing);
+            }
+            let traced: Vec<&Arc<RequestTrace>> = traces.iter().collect();
+            let ended = started + timing.input + timing.infer + timing.output;
+            trace::request::batch(&traced, started, ended, total);
+        }
+        finish(execution.outputs)
+    }))
+    .unwrap_or_else(|panic| {
+        let what = panic_message(panic.as_ref());
+        tracing::error!(model = %source.model, version = source.version, panic = %what, "a batch panicked; its requests fail, the instance goes on");
+        Err(Error::internal(format!("the model instance panicked while executing: {what}")))
+    })
 }
 
 /// Runs a decoupled model's job: each request's responses go out as the
@@ -404,11 +473,11 @@ fn run_decoupled(source: &InstanceSource, instance: &mut dyn ModelInstance, job:
 
 /// The streams of one decoupled execution, by request position.
 struct StreamSink<'a> {
-    streams: &'a mut [Option<tokio::sync::mpsc::Sender<Result<Vec<crate::tensor::Tensor>>>>],
+    streams: &'a mut [Option<tokio::sync::mpsc::Sender<Result<Vec<Tensor>>>>],
 }
 
 impl ResponseSink for StreamSink<'_> {
-    fn send(&mut self, request: usize, outputs: Vec<crate::tensor::Tensor>) -> bool {
+    fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
         let Some(slot) = self.streams.get_mut(request) else {
             return false;
         };
@@ -447,7 +516,7 @@ mod tests {
     use crate::datatype::DataType;
     use crate::model_config::text::parse;
     use crate::scheduler::Reply;
-    use crate::tensor::Tensor;
+    use Tensor;
     use bytes::Bytes;
     use tokio::sync::oneshot;
 
@@ -529,5 +598,22 @@ mod tests {
 
         let (pool, _) = identity_pool(r#"parameters { key: "execute_delay_ms" value: { string_value: "5" } }"#);
         assert!(pool.inline.is_none() && pool.queues.len() == 1);
+        assert!(!pool.runs_inline());
+        let e = pool.run_now(Vec::new(), 1, None).unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Internal);
+    }
+
+    #[test]
+    fn a_request_run_now_counts_as_queued_and_executed() {
+        let (pool, statistics) = identity_pool("");
+        assert!(pool.runs_inline());
+        let data = Bytes::copy_from_slice(&5.0f32.to_le_bytes());
+        let inputs = vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)];
+        let outputs = pool.run_now(inputs, 1, None).unwrap();
+        assert_eq!(outputs[0].name, "OUTPUT0");
+        assert_eq!(outputs[0].data.as_ref(), &5.0f32.to_le_bytes());
+        let stats = statistics.snapshot();
+        assert_eq!((stats.execution_count, stats.inference_count), (1, 1));
+        assert_eq!(stats.inference_stats.queue.count, 1);
     }
 }

@@ -168,7 +168,7 @@ impl Model {
             .scheduler
             .schedule(normalized.inputs, work, &self.statistics)
             .await?;
-        self.respond(id, &produced, &normalized.outputs, normalized.batch_size, true)
+        self.respond(id, produced, &normalized.outputs, normalized.batch_size, true)
     }
 
     /// The answer from what an execution `produced`: the `wanted` outputs
@@ -178,7 +178,7 @@ impl Model {
     fn respond(
         &self,
         id: String,
-        produced: &[Tensor],
+        mut produced: Vec<Tensor>,
         wanted: &[RequestedOutput],
         batch_size: usize,
         all: bool,
@@ -186,7 +186,12 @@ impl Model {
         let batching = self.config.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(wanted.len());
         for wanted in wanted {
-            let Some(tensor) = produced.iter().find(|t| t.name == wanted.name) else {
+            // Moved out, not cloned: normalize let each output be asked for once.
+            let Some(tensor) = produced
+                .iter()
+                .position(|t| t.name == wanted.name)
+                .map(|at| produced.swap_remove(at))
+            else {
                 if !all {
                     continue;
                 }
@@ -195,7 +200,7 @@ impl Model {
                     self.name, wanted.name
                 )));
             };
-            let tensor = self.client_shape(tensor.clone(), batching, batch_size);
+            let tensor = self.client_shape(tensor, batching, batch_size);
             outputs.push(match wanted.classification {
                 Some(k) => {
                     classification::classify(&tensor, k, batching, self.labels.get(&wanted.name).map(Vec::as_slice))?

@@ -65,7 +65,10 @@ pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 pub fn trace_parent<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Vec<(String, String)> {
     TRACE_HEADERS
         .iter()
-        .filter_map(|name| Some((name.to_string(), get(name)?.to_string())))
+        .filter_map(|name| {
+            let value = get(name)?;
+            Some((name.to_string(), value.to_string()))
+        })
         .collect()
 }
 

@@ -93,6 +93,8 @@ impl Scheduler {
         statistics: &ModelStatistics,
     ) -> Result<Vec<Tensor>> {
         match self {
+            // Nothing to queue or wait for: the copy runs here and now.
+            Scheduler::Default(pool) if pool.runs_inline() => pool.run_now(inputs, work.batch_size, work.trace),
             Scheduler::Default(pool) => {
                 on_instances(inputs, work, statistics, |p| pool.try_submit(Job::single(p))).await
             }

@@ -223,11 +223,21 @@ impl InferenceServer {
         Ok(Arc::clone(self.model(name, version)?.config()))
     }
 
-    pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse> {
+    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
         if !self.is_ready() {
             return Err(Error::new(ErrorKind::NotServing, "Server not ready"));
         }
         let model = self.manager.get(&request.model_name, request.model_version)?;
+        self.infer_on(&model, request).await
+    }
+
+    /// [`Self::infer`] on a version the front end has already looked up
+    /// (the HTTP front end does, to refuse an unknown model before reading
+    /// the body), so a request finds its model once.
+    pub async fn infer_on(&self, model: &Model, mut request: InferRequest) -> Result<InferResponse> {
+        if !self.is_ready() {
+            return Err(Error::new(ErrorKind::NotServing, "Server not ready"));
+        }
         if model.is_decoupled() {
             return Err(Error::unsupported(format!(
                 "{} doesn't support models with decoupled transaction policy",
@@ -238,7 +248,10 @@ impl InferenceServer {
         let output_regions: Vec<(String, TensorRegion)> = request
             .outputs
             .iter()
-            .filter_map(|o| Some((o.name.clone(), o.shared_memory.clone()?)))
+            .filter_map(|o| {
+                let region = o.shared_memory.clone()?;
+                Some((o.name.clone(), region))
+            })
             .collect();
         request.trace = self
             .traces

@@ -4,7 +4,7 @@
 //! The messages keep Triton's wording (and its `[request id: ...]` prefix),
 //! since clients and their tests match on them.
 
-use std::collections::HashSet;
+use std::fmt;
 
 use nereid_proto::inference::ModelConfig;
 
@@ -26,9 +26,9 @@ pub struct Normalized {
 
 /// `id` is the request's id (taken out of `request` by the caller).
 pub fn normalize(config: &ModelConfig, model: &str, id: &str, request: InferRequest) -> Result<Normalized> {
-    let prefix = format!("[request id: {}] ", if id.is_empty() { "<id_unknown>" } else { id });
-    let outputs = check_outputs(config, model, &prefix, request.outputs)?;
-    check_input_names(config, model, &prefix, &request.inputs)?;
+    let prefix = Prefix(id);
+    let outputs = check_outputs(config, model, prefix, request.outputs)?;
+    check_input_names(config, model, prefix, &request.inputs)?;
 
     let batching = config.max_batch_size > 0;
     let mut batch_size: Option<i64> = None;
@@ -115,25 +115,38 @@ pub fn normalize(config: &ModelConfig, model: &str, id: &str, request: InferRequ
     })
 }
 
+/// Triton's `[request id: ...] ` before a message; written only into an
+/// error, so a request that passes costs no formatting.
+#[derive(Clone, Copy)]
+struct Prefix<'a>(&'a str);
+
+impl fmt::Display for Prefix<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = if self.0.is_empty() { "<id_unknown>" } else { self.0 };
+        write!(f, "[request id: {id}] ")
+    }
+}
+
 /// Requested outputs must exist and appear once; none requested means all.
 fn check_outputs(
     config: &ModelConfig,
     model: &str,
-    prefix: &str,
+    prefix: Prefix<'_>,
     requested: Vec<RequestedOutput>,
 ) -> Result<Vec<RequestedOutput>> {
     if requested.is_empty() {
         return Ok(config.output.iter().map(|o| RequestedOutput::named(&o.name)).collect());
     }
-    let mut seen = HashSet::new();
+    let mut seen = vec![false; config.output.len()];
     for output in &requested {
-        let Some(config_output) = config.output.iter().find(|o| o.name == output.name) else {
+        let Some(position) = config.output.iter().position(|o| o.name == output.name) else {
             return Err(Error::invalid(format!(
                 "unexpected inference output '{}' for model '{model}'",
                 output.name
             )));
         };
-        if !seen.insert(output.name.as_str()) {
+        let config_output = &config.output[position];
+        if std::mem::replace(&mut seen[position], true) {
             return Err(Error::invalid(format!(
                 "{prefix}output '{}' already exists in request",
                 output.name
@@ -153,30 +166,39 @@ fn check_outputs(
     Ok(requested)
 }
 
-fn check_input_names(config: &ModelConfig, model: &str, prefix: &str, inputs: &[Tensor]) -> Result<()> {
-    let mut seen = HashSet::new();
+fn check_input_names(config: &ModelConfig, model: &str, prefix: Prefix<'_>, inputs: &[Tensor]) -> Result<()> {
+    // By position in the config: every name must be there, so a name seen
+    // twice is a position seen twice.
+    let mut seen = vec![false; config.input.len()];
     for tensor in inputs {
-        if !seen.insert(tensor.name.as_str()) {
+        let Some(position) = config.input.iter().position(|i| i.name == tensor.name) else {
+            return Err(Error::invalid(format!(
+                "unexpected inference input '{}' for model '{model}'",
+                tensor.name
+            )));
+        };
+        if std::mem::replace(&mut seen[position], true) {
             return Err(Error::invalid(format!(
                 "{prefix}input '{}' already exists in request",
                 tensor.name
             )));
         }
-        if !config.input.iter().any(|i| i.name == tensor.name) {
-            return Err(Error::invalid(format!(
-                "unexpected inference input '{}' for model '{model}'",
-                tensor.name
-            )));
-        }
     }
-    let required: Vec<&str> = config
-        .input
-        .iter()
-        .filter(|i| !i.optional)
-        .map(|i| i.name.as_str())
-        .collect();
-    let missing: Vec<&str> = required.iter().copied().filter(|n| !seen.contains(n)).collect();
-    if !missing.is_empty() {
+    let complete = config.input.iter().zip(&seen).all(|(i, seen)| i.optional || *seen);
+    if !complete {
+        let required: Vec<&str> = config
+            .input
+            .iter()
+            .filter(|i| !i.optional)
+            .map(|i| i.name.as_str())
+            .collect();
+        let missing: Vec<&str> = config
+            .input
+            .iter()
+            .zip(&seen)
+            .filter(|(i, seen)| !i.optional && !**seen)
+            .map(|(i, _)| i.name.as_str())
+            .collect();
         let list = |names: &mut dyn Iterator<Item = &str>| {
             format!("[{}]", names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(","))
         };

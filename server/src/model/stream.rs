@@ -131,7 +131,7 @@ impl Stream for ResponseStream {
             Poll::Ready(Some(Ok(tensors))) => {
                 let response = this
                     .model
-                    .respond(this.id.clone(), &tensors, &this.wanted, this.batch_size, false);
+                    .respond(this.id.clone(), tensors, &this.wanted, this.batch_size, false);
                 Poll::Ready(Some(response))
             }
             Poll::Ready(Some(Err(e))) => {
