@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! (this file)     the router by API group (restricted groups checked here), health, metadata, stats
+//! port            the port's service: infer straight to its handler, the rest through the router
 //! infer           the infer endpoint          infer_codec, json_tensor, request_json: its wire formats
 //! generate        Triton's generate extension: /generate and /generate_stream (server-sent events)
 //! repository      index, load, unload         settings: logging and trace settings
@@ -20,6 +21,7 @@ mod generate;
 mod infer;
 pub mod infer_codec;
 pub mod json_tensor;
+mod port;
 mod repository;
 pub mod request_json;
 pub mod serve;
@@ -33,12 +35,12 @@ use axum::extract::{RawPathParams, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::{HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
 use self::body::BodyLimits;
 use self::error::{HttpError, with_status};
-use crate::in_flight::{InFlight, InFlightLayer};
+use crate::in_flight::InFlight;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
@@ -46,6 +48,7 @@ use crate::restricted_api::{ApiGroup, RestrictedApis};
 use crate::server::{InferenceServer, TensorMetadata, VersionStatistics};
 use crate::statistics::StatDuration;
 
+pub use self::port::PortService;
 pub use self::serve::{HttpServeOptions, serve};
 
 /// Settings of the HTTP front end's handlers.
@@ -61,16 +64,36 @@ pub struct HttpOptions {
     pub metrics: Arc<Metrics>,
 }
 
+/// What every handler reads: one pointer to clone per request.
 #[derive(Clone)]
-pub(crate) struct AppState {
+pub(crate) struct AppState(Arc<AppStateInner>);
+
+pub(crate) struct AppStateInner {
     server: Arc<InferenceServer>,
     options: HttpOptions,
 }
 
+impl std::ops::Deref for AppState {
+    type Target = AppStateInner;
+
+    fn deref(&self) -> &AppStateInner {
+        &self.0
+    }
+}
+
 pub(crate) type HandlerResult = Result<Response, HttpError>;
 
-pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc<InFlight>) -> Router {
-    let state = AppState { server, options };
+/// The HTTP port's service: infer straight to its handler, the rest
+/// through [`router`] (see [`port`]). Every request counts in `in_flight`
+/// until its answer has been sent.
+pub fn service(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc<InFlight>) -> PortService {
+    let gauge = options.metrics.in_flight("http");
+    let state = AppState(Arc::new(AppStateInner { server, options }));
+    PortService::new(state.clone(), router(state), in_flight, gauge)
+}
+
+/// The axum router of every route.
+fn router(state: AppState) -> Router {
     // Each API group is its own router, so the restricted-API check (Triton's
     // `--http-restricted-api`) is applied by group in exactly one place, and
     // only to the groups that are restricted: the others pay nothing for it.
@@ -114,8 +137,8 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc
         .merge(group(
             ApiGroup::Inference,
             Router::new()
-                .route("/v2/models/{model}/infer", post(infer::infer))
-                .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer))
+                .route("/v2/models/{model}/infer", post(infer::route))
+                .route("/v2/models/{model}/versions/{version}/infer", post(infer::route))
                 .route("/v2/models/{model}/generate", post(generate::generate))
                 .route(
                     "/v2/models/{model}/versions/{version}/generate",
@@ -183,8 +206,6 @@ pub fn router(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc
                 ),
         ))
         .fallback(|| async { with_status(StatusCode::NOT_FOUND, "Not Found") })
-        // Outermost, so a request counts until its response is fully sent.
-        .layer(InFlightLayer::new(in_flight, state.options.metrics.in_flight("http")))
         .with_state(state)
 }
 
@@ -194,11 +215,21 @@ async fn restrict(
     request: Request,
     next: Next,
 ) -> Response {
-    let headers = request.headers();
-    match restricted.check(group, |key| headers.get(key).map(HeaderValue::as_bytes)) {
+    match check_restricted(&restricted, group, request.headers()) {
         Ok(()) => next.run(request).await,
         Err(e) => HttpError(e).into_response(),
     }
+}
+
+/// Whether `headers` may use `group` (Triton's `--http-restricted-api`):
+/// for the router's groups, and for the infer requests the port's service
+/// answers itself.
+fn check_restricted(
+    restricted: &RestrictedApis,
+    group: ApiGroup,
+    headers: &HeaderMap,
+) -> Result<(), crate::error::Error> {
+    restricted.check(group, |key| headers.get(key).map(HeaderValue::as_bytes))
 }
 
 async fn live(State(s): State<AppState>) -> StatusCode {

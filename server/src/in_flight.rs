@@ -35,7 +35,8 @@ impl InFlight {
         self.count.load(Ordering::Acquire)
     }
 
-    fn enter(self: &Arc<Self>, gauge: &IntGauge) -> Guard {
+    /// Counts one request, in the count and in `gauge`, until the guard drops.
+    pub(crate) fn enter(self: &Arc<Self>, gauge: &IntGauge) -> Guard {
         self.count.fetch_add(1, Ordering::AcqRel);
         gauge.inc();
         Guard(Arc::clone(self), gauge.clone())
@@ -55,7 +56,7 @@ impl InFlight {
 }
 
 /// One request's share of the count; released on drop.
-struct Guard(Arc<InFlight>, IntGauge);
+pub(crate) struct Guard(Arc<InFlight>, IntGauge);
 
 impl Drop for Guard {
     fn drop(&mut self) {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use cli::{Args, listen_address};
+use hyper_util::service::TowerToHyperService;
 use nereid_server::allocator;
 use nereid_server::backend::onnx;
 use nereid_server::grpc::{self, GrpcOptions};
@@ -295,14 +296,14 @@ fn serve(
         };
         tokio::spawn(http::serve(
             Acceptor::new("metrics", listener, limits, None),
-            endpoint::router(Arc::clone(metrics)),
+            TowerToHyperService::new(endpoint::router(Arc::clone(metrics))),
             args.http.serve_options(&args.grpc),
             shutdown.clone().cancelled_owned(),
         ));
         tracing::info!("Started Metrics Service at {local}");
     }
 
-    let router = http::router(
+    let service = http::service(
         Arc::clone(server),
         HttpOptions {
             body: BodyLimits {
@@ -324,7 +325,7 @@ fn serve(
     );
     let http_task = tokio::spawn(http::serve(
         http_acceptor,
-        router,
+        service,
         args.http.serve_options(&args.grpc),
         shutdown.clone().cancelled_owned(),
     ));

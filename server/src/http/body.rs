@@ -56,12 +56,16 @@ pub async fn read(body: Body, headers: &HeaderMap, limits: BodyLimits, reservati
 }
 
 /// Reads the whole body as it was sent; the bytes held are added to `reservation`.
-pub async fn receive(
-    body: Body,
+pub async fn receive<B>(
+    body: B,
     headers: &HeaderMap,
     limits: BodyLimits,
     reservation: &mut Reservation,
-) -> Result<Received> {
+) -> Result<Received>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let encoding = compression::content_encoding(headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()))?;
     let announced = headers
         .get(header::CONTENT_LENGTH)
@@ -76,7 +80,11 @@ pub async fn receive(
     }
 }
 
-async fn collect(body: Body, announced: Option<u64>, limit: usize, reservation: &mut Reservation) -> Result<Bytes> {
+async fn collect<B>(body: B, announced: Option<u64>, limit: usize, reservation: &mut Reservation) -> Result<Bytes>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let too_large = || {
         Error::invalid(format!(
             "request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."

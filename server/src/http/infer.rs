@@ -1,14 +1,18 @@
 //! The infer endpoint: body in under the limits, inflate and decode (off
 //! the I/O threads when that is costly), infer, encode and compress (the
 //! same), and the answer counted in the memory budget until it has been sent.
+//!
+//! [`infer`] is reached straight from the port's service
+//! ([`super::port`]) for almost every request, and through the axum route
+//! ([`route`]) for the rest (percent-encoded model names).
 
-use axum::body::Body;
 use axum::extract::{RawPathParams, Request, State};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, header};
+use http::{HeaderMap, HeaderName, HeaderValue, header};
 
-use super::{AppState, HandlerResult, body, compression, infer_codec, model_path};
+use super::error::HttpError;
+use super::{AppState, AppStateInner, body, compression, infer_codec, model_path};
 use crate::error::Error;
 use crate::memory_budget::Reservation;
 use crate::request;
@@ -19,18 +23,51 @@ use crate::server::parse_version;
 /// megabytes of JSON would stall every other connection on that thread.
 const OFFLOAD_BYTES: usize = 64 << 10;
 
-/// Takes the request whole: the `HeaderMap` extractor would clone the
-/// headers on every request, which the profile showed (issue 16).
-pub(super) async fn infer(State(s): State<AppState>, params: RawPathParams, request: Request) -> HandlerResult {
-    let (model, version_text) = model_path(&params);
+/// The headers an answer may carry beyond the standard ones, made once:
+/// naming a header by a `&str` would allocate its name on every insert.
+const HEADER_LENGTH: HeaderName = HeaderName::from_static(infer_codec::HEADER_LENGTH);
+const QUEUE_DEPTH: HeaderName = HeaderName::from_static(nereid_proto::QUEUE_DEPTH_HEADER);
+
+/// The axum route's handler (the port's service takes the common case
+/// itself; see [`super::port`]).
+pub(super) async fn route(State(s): State<AppState>, params: RawPathParams, request: Request) -> Response {
+    let (model, version) = model_path(&params);
     let (parts, body) = request.into_parts();
-    let headers = parts.headers;
+    match infer(&s, model, version, &parts.headers, body).await {
+        Ok(answer) => {
+            let mut response = Response::new(axum::body::Body::new(answer.body));
+            *response.headers_mut() = answer.headers;
+            response
+        }
+        Err(e) => HttpError(e).into_response(),
+    }
+}
+
+/// An infer answer: its headers, and its body.
+pub(super) struct Answer {
+    pub headers: HeaderMap,
+    pub body: ReservedBody,
+}
+
+/// Infers with the request `body` for `model` (and `version_text`, "" for
+/// the server's choice), as the path named them.
+pub(super) async fn infer<B>(
+    s: &AppStateInner,
+    model: &str,
+    version_text: &str,
+    headers: &HeaderMap,
+    body: B,
+) -> Result<Answer, Error>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
     let version = parse_version(version_text)?;
     // As in Triton, an unknown model is reported before the body is read.
-    s.server.model(model, version_text)?;
+    let found = s.server.model(model, version_text)?;
     let mut reservation = s.options.budget.reservation();
-    let received = body::receive(body, &headers, s.options.body, &mut reservation).await?;
-    let announced_header = headers.get(infer_codec::HEADER_LENGTH).cloned();
+    let received = body::receive(body, headers, s.options.body, &mut reservation).await?;
+    let announced_header = headers.get(&HEADER_LENGTH).cloned();
     // What decoding costs: inflating, or parsing the JSON (the whole body;
     // with binary tensors only a header, and the tensors are not copied).
     let json_length = announced_header
@@ -38,18 +75,23 @@ pub(super) async fn infer(State(s): State<AppState>, params: RawPathParams, requ
         .and_then(|v| v.to_str().ok()?.trim().parse::<usize>().ok())
         .unwrap_or(received.bytes.len());
     let large = received.encoding.is_some() || json_length >= OFFLOAD_BYTES;
-    let model_name = model.to_string();
     let max_size = s.options.body.max_size;
-    let decode = move || {
+    let decode = move |model: &str| {
         let body = received.inflate(max_size, &mut reservation)?;
         let header_length = header_length(announced_header.as_ref(), body.len())?;
-        infer_codec::decode(&model_name, version, body, header_length, reservation)
+        infer_codec::decode(model, version, body, header_length, reservation)
     };
-    let decoded = if large { offload(decode).await? } else { decode()? };
+    let decoded = if large {
+        let model_name = model.to_string();
+        offload(move || decode(&model_name)).await?
+    } else {
+        decode(model)?
+    };
     let binary_outputs = decoded.binary_outputs;
     let mut request = decoded.request;
     request.trace_parent = request::trace_parent(|name| headers.get(name)?.to_str().ok());
-    let response = s.server.infer(request).await?;
+    let response = s.server.infer_on(&found, request).await?;
+    drop(found);
     let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
     let queue_depth = response.queue_depth;
     let compress = compression::accepted(headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
@@ -69,26 +111,29 @@ pub(super) async fn infer(State(s): State<AppState>, params: RawPathParams, requ
         encode()
     };
 
-    let mut reply = HeaderMap::new();
+    let mut reply = HeaderMap::with_capacity(4);
     let content_type = match binary_header {
         Some(_) => "application/octet-stream",
         None => "application/json",
     };
     reply.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Some(n) = binary_header {
-        reply.insert(infer_codec::HEADER_LENGTH, HeaderValue::from(n));
+        reply.insert(HEADER_LENGTH, HeaderValue::from(n));
     }
     if let Some(encoding) = compress {
         reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
     }
     if let Some(depth) = queue_depth {
-        reply.insert(nereid_proto::QUEUE_DEPTH_HEADER, HeaderValue::from(depth));
+        reply.insert(QUEUE_DEPTH, HeaderValue::from(depth));
     }
     // The answer is counted in the budget until it has been sent; it exists
     // already, so it is counted, never refused.
     let mut held = s.options.budget.reservation();
     held.charge(allocated);
-    Ok((reply, Body::new(ReservedBody::new(body, held))).into_response())
+    Ok(Answer {
+        headers: reply,
+        body: ReservedBody::new(body, held),
+    })
 }
 
 /// Runs CPU-heavy codec work on the blocking pool.
@@ -99,7 +144,7 @@ async fn offload<T: Send + 'static>(work: impl FnOnce() -> Result<T, Error> + Se
 }
 
 /// A response body that keeps its bytes counted in the memory budget until sent.
-struct ReservedBody {
+pub(super) struct ReservedBody {
     data: Option<Bytes>,
     _reservation: Reservation,
 }

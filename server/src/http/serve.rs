@@ -1,4 +1,5 @@
-//! Serving the HTTP router on accepted connections, HTTP/1.1 or HTTP/2.
+//! Serving a hyper service on accepted connections, HTTP/1.1 or HTTP/2:
+//! the HTTP port's ([`super::PortService`]) or the metrics port's router.
 //!
 //! Our own loop over hyper rather than `axum::serve`, for the limits a
 //! production server needs and axum does not expose: HTTP/1.1's header read
@@ -9,12 +10,12 @@
 use std::future::Future;
 use std::time::Duration;
 
-use axum::Router;
 use futures::StreamExt;
+use http::{Request, Response};
+use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 
 use crate::transport::Acceptor;
 
@@ -42,12 +43,20 @@ pub struct HttpServeOptions {
 
 /// Serves until `shutdown` resolves, then stops accepting and lets the open
 /// connections finish their requests.
-pub async fn serve(
+pub async fn serve<S, B>(
     acceptor: Acceptor,
-    router: Router,
+    service: S,
     options: HttpServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let graceful = GracefulShutdown::new();
     let mut connections = std::pin::pin!(acceptor.into_stream());
     let mut shutdown = std::pin::pin!(shutdown);
@@ -60,7 +69,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let http2 = connection.http2;
-        let service = TowerToHyperService::new(router.clone());
+        let service = service.clone();
         let io = TokioIo::new(connection);
         if http2 {
             let conn = http2::Builder::new(TokioExecutor::new())
