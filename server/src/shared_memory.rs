@@ -29,6 +29,8 @@ use self::mapping::Mapping;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parameter::{Parameter, Parameters};
 
+/// What every parameter that places a tensor in a region starts with.
+pub const PREFIX: &str = "shared_memory_";
 /// The parameters that place a tensor in a region.
 pub const REGION: &str = "shared_memory_region";
 pub const BYTE_SIZE: &str = "shared_memory_byte_size";

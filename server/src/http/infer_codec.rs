@@ -6,7 +6,8 @@
 //! carry `binary_data_size`, in order. Binary inputs are zero-copy slices of
 //! the body.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
@@ -36,12 +37,17 @@ pub struct DecodedRequest {
 pub struct BinaryOutputs {
     /// For outputs the request did not list (`binary_data_output`).
     pub default: bool,
-    pub listed: HashMap<String, bool>,
+    /// The outputs the request listed, each with its choice; a handful, so
+    /// a list, searched in order.
+    pub listed: Vec<(String, bool)>,
 }
 
 impl BinaryOutputs {
     fn is_binary(&self, name: &str) -> bool {
-        self.listed.get(name).copied().unwrap_or(self.default)
+        self.listed
+            .iter()
+            .find(|(listed, _)| listed == name)
+            .map_or(self.default, |(_, binary)| *binary)
     }
 }
 
@@ -78,73 +84,68 @@ pub fn decode(
             .get("binary_data_output")
             .and_then(Parameter::as_bool)
             .unwrap_or(false),
-        listed: HashMap::new(),
+        listed: Vec::new(),
     };
 
     let mut inputs = Vec::with_capacity(parsed.inputs.0.len());
     let mut shared_memory_inputs = BTreeMap::new();
     for input in parsed.inputs.0 {
+        let name = input.name;
         let datatype = DataType::from_wire(&input.datatype)
-            .ok_or_else(|| Error::invalid(format!("invalid datatype for input {}", input.name)))?;
-        let input_parameters = input.parameters.0;
+            .ok_or_else(|| Error::invalid(format!("invalid datatype for input {name}")))?;
+        let parameters = input.parameters;
         let shape = input.shape.0;
-        let binary_size = match input_parameters.get("binary_data_size") {
+        let binary_size = match parameters.binary_data_size {
             None => None,
             Some(p) => Some(p.as_i64().and_then(|v| usize::try_from(v).ok()).ok_or_else(|| {
                 Error::invalid(format!(
-                    "unable to parse 'binary_data_size' of input '{}': expected a non-negative integer",
-                    input.name
+                    "unable to parse 'binary_data_size' of input '{name}': expected a non-negative integer"
                 ))
             })?),
         };
         if shape.iter().any(|d| *d < 0) {
             return Err(Error::invalid(format!(
-                "invalid shape {shape:?} for input '{}': dimensions must be non-negative",
-                input.name
+                "invalid shape {shape:?} for input '{name}': dimensions must be non-negative"
             )));
         }
-        let region = TensorRegion::from_parameters(&input.name, &input_parameters)?;
+        let region = TensorRegion::from_parameters(&name, &parameters.shared_memory)?;
         if let Some(region) = region {
             if binary_size.is_some() || input.data.is_some() {
                 return Err(Error::invalid(format!(
-                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set 'shared_memory_region' and another for input '{}'",
-                    input.name
+                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set 'shared_memory_region' and another for input '{name}'"
                 )));
             }
             // The server reads the data from the region.
-            shared_memory_inputs.insert(input.name.clone(), region);
-            inputs.push(Tensor::new(input.name, datatype, shape, Bytes::new()));
+            shared_memory_inputs.insert(name.to_string(), region);
+            inputs.push(Tensor::new(name, datatype, shape, Bytes::new()));
             continue;
         }
         let data = match (binary_size, input.data) {
             (Some(_), Some(_)) => {
                 return Err(Error::invalid(format!(
-                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size' for input '{}'",
-                    input.name
+                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set 'data' 'binary_data_size' for input '{name}'"
                 )));
             }
             (None, None) => {
                 return Err(Error::invalid(format!(
-                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set for input '{}'",
-                    input.name
+                    "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set for input '{name}'"
                 )));
             }
             (Some(size), None) => {
                 if binary.len() < size {
                     return Err(Error::invalid(format!(
-                        "unexpected size for input '{}', expecting {} additional bytes for model '{model}'",
-                        input.name,
+                        "unexpected size for input '{name}', expecting {} additional bytes for model '{model}'",
                         size - binary.len()
                     )));
                 }
                 binary.split_to(size)
             }
             (None, Some(data)) => {
-                let count = element_count(&shape).map_err(|e| e.context(format!("input '{}'", input.name)))?;
-                json_tensor::decode(&input.name, datatype, data, count, &mut reservation)?
+                let count = element_count(&shape).map_err(|e| e.context(format!("input '{name}'")))?;
+                json_tensor::decode(&name, datatype, data, count, &mut reservation)?
             }
         };
-        inputs.push(Tensor::new(input.name, datatype, shape, data));
+        inputs.push(Tensor::new(name, datatype, shape, data));
     }
     if !binary.is_empty() {
         return Err(Error::invalid(format!(
@@ -152,18 +153,19 @@ pub fn decode(
         )));
     }
 
-    let mut outputs = Vec::new();
-    for output in parsed.outputs.map(|o| o.0).unwrap_or_default() {
-        let output_parameters = output.parameters.0;
-        if let Some(binary) = output_parameters.get("binary_data") {
-            let binary = binary.as_bool().ok_or_else(|| {
-                Error::invalid(format!("'binary_data' of output '{}' must be a boolean", output.name))
-            })?;
-            binary_outputs.listed.insert(output.name.clone(), binary);
-        } else {
-            binary_outputs.listed.insert(output.name.clone(), false);
-        }
-        let classification = match output_parameters.get("classification") {
+    let requested = parsed.outputs.map(|o| o.0).unwrap_or_default();
+    let mut outputs = Vec::with_capacity(requested.len());
+    binary_outputs.listed.reserve_exact(requested.len());
+    for output in requested {
+        let name = output.name;
+        let parameters = output.parameters;
+        let binary = match parameters.binary_data {
+            None => false,
+            Some(binary) => binary
+                .as_bool()
+                .ok_or_else(|| Error::invalid(format!("'binary_data' of output '{name}' must be a boolean")))?,
+        };
+        let classification = match parameters.classification {
             None => None,
             Some(p) => Some(
                 p.as_i64()
@@ -171,15 +173,16 @@ pub fn decode(
                     .filter(|k| *k > 0)
                     .ok_or_else(|| {
                         Error::invalid(format!(
-                            "'classification' of output '{}' must be a positive integer",
-                            output.name
+                            "'classification' of output '{name}' must be a positive integer"
                         ))
                     })?,
             ),
         };
-        let shared_memory = TensorRegion::from_parameters(&output.name, &output_parameters)?;
+        let shared_memory = TensorRegion::from_parameters(&name, &parameters.shared_memory)?;
+        let name = name.into_owned();
+        binary_outputs.listed.push((name.clone(), binary));
         outputs.push(RequestedOutput {
-            name: output.name,
+            name,
             classification,
             shared_memory,
         });
@@ -189,7 +192,7 @@ pub fn decode(
         request: InferRequest {
             model_name: model.to_string(),
             model_version: version,
-            id: parsed.id.unwrap_or_default(),
+            id: parsed.id.map(Cow::into_owned).unwrap_or_default(),
             inputs,
             outputs,
             parameters: request_parameters,
@@ -217,8 +220,56 @@ struct ResponseJson<'a> {
     #[serde(skip_serializing_if = "str::is_empty")]
     id: &'a str,
     model_name: &'a str,
-    model_version: String,
-    outputs: Vec<OutputJson<'a>>,
+    /// A string, as Triton sends it.
+    #[serde(serialize_with = "as_text")]
+    model_version: i64,
+    outputs: OutputsJson<'a>,
+}
+
+fn as_text<S: serde::Serializer>(version: &i64, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+    serializer.collect_str(version)
+}
+
+/// The outputs, serialized as they are visited: no list of them is built.
+struct OutputsJson<'a> {
+    response: &'a InferResponse,
+    binary_outputs: &'a BinaryOutputs,
+}
+
+impl Serialize for OutputsJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.response.outputs.iter().map(|t| self.output(t)))
+    }
+}
+
+impl<'a> OutputsJson<'a> {
+    /// Whether `tensor`'s data follows the JSON (and not in it).
+    fn is_binary(&self, tensor: &Tensor) -> bool {
+        !self.response.in_shared_memory(&tensor.name) && self.binary_outputs.is_binary(&tensor.name)
+    }
+
+    fn output(&self, tensor: &'a Tensor) -> OutputJson<'a> {
+        let (parameters, data) = if self.response.in_shared_memory(&tensor.name) {
+            let parameters = self.response.output_parameters.get(&tensor.name);
+            (parameters.map(OutputParameters::Listed), None)
+        } else if self.binary_outputs.is_binary(&tensor.name) {
+            let size = tensor.data.len();
+            (Some(OutputParameters::Binary { binary_data_size: size }), None)
+        } else {
+            let data = json_tensor::Data {
+                datatype: tensor.datatype,
+                data: &tensor.data,
+            };
+            (None, Some(data))
+        };
+        OutputJson {
+            name: &tensor.name,
+            datatype: tensor.datatype.as_wire(),
+            shape: &tensor.shape,
+            parameters,
+            data,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -240,67 +291,49 @@ enum OutputParameters<'a> {
     Listed(&'a Parameters),
 }
 
+/// Room for the JSON header besides its names and shapes, and per output.
+const HEADER_ROOM: usize = 64;
+const OUTPUT_ROOM: usize = 96;
+
+/// The JSON header and the binary outputs after it, written into one
+/// buffer sized up front.
 pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> EncodedResponse {
-    let mut blobs: Vec<&Bytes> = Vec::new();
-    let outputs = response
-        .outputs
-        .iter()
-        .map(|tensor| {
-            if response.in_shared_memory(&tensor.name) {
-                return OutputJson {
-                    name: &tensor.name,
-                    datatype: tensor.datatype.as_wire(),
-                    shape: &tensor.shape,
-                    parameters: response
-                        .output_parameters
-                        .get(&tensor.name)
-                        .map(OutputParameters::Listed),
-                    data: None,
-                };
-            }
-            let binary = binary_outputs.is_binary(&tensor.name);
-            if binary && !tensor.data.is_empty() {
-                blobs.push(&tensor.data);
-            }
-            OutputJson {
-                name: &tensor.name,
-                datatype: tensor.datatype.as_wire(),
-                shape: &tensor.shape,
-                parameters: binary.then(|| OutputParameters::Binary {
-                    binary_data_size: tensor.data.len(),
-                }),
-                data: (!binary).then_some(json_tensor::Data {
-                    datatype: tensor.datatype,
-                    data: &tensor.data,
-                }),
-            }
-        })
-        .collect();
+    let outputs = OutputsJson {
+        response,
+        binary_outputs,
+    };
+    let mut json_guess = HEADER_ROOM + response.id.len() + response.model_name.len();
+    let mut binary_bytes = 0;
+    for tensor in &response.outputs {
+        json_guess += OUTPUT_ROOM + tensor.name.len() + 21 * tensor.shape.len();
+        if outputs.is_binary(tensor) {
+            binary_bytes += tensor.data.len();
+        } else {
+            // A number's text is about as long as its bytes, and then some.
+            json_guess += 2 * tensor.data.len();
+        }
+    }
+    let body = BytesMut::with_capacity(json_guess + binary_bytes);
     let header = ResponseJson {
         id: &response.id,
         model_name: &response.model_name,
-        model_version: response.model_version.to_string(),
+        model_version: response.model_version,
         outputs,
     };
-    let json = serde_json::to_vec(&header).expect("the response header serializes");
-    if blobs.is_empty() {
-        return EncodedResponse {
-            allocated: json.capacity(),
-            body: Bytes::from(json),
-            header_length: None,
-        };
-    }
-    let total = json.len() + blobs.iter().map(|b| b.len()).sum::<usize>();
-    let mut body = BytesMut::with_capacity(total);
-    let header_length = json.len();
-    body.put_slice(&json);
-    for blob in blobs {
-        body.put_slice(blob);
+    let mut writer = body.writer();
+    serde_json::to_writer(&mut writer, &header).expect("the response header serializes");
+    let mut body = writer.into_inner();
+    let header_length = body.len();
+    if binary_bytes > 0 {
+        body.reserve(binary_bytes);
+        for tensor in response.outputs.iter().filter(|t| header.outputs.is_binary(t)) {
+            body.put_slice(&tensor.data);
+        }
     }
     EncodedResponse {
         allocated: body.capacity(),
         body: body.freeze(),
-        header_length: Some(header_length),
+        header_length: (binary_bytes > 0).then_some(header_length),
     }
 }
 
@@ -383,8 +416,10 @@ mod tests {
             ],
             ..InferResponse::default()
         };
-        let mut binary = BinaryOutputs::default();
-        binary.listed.insert("A".into(), true);
+        let binary = BinaryOutputs {
+            default: false,
+            listed: vec![("A".into(), true)],
+        };
         let encoded = encode(&response, &binary);
         let n = encoded.header_length.unwrap();
         let json: Value = serde_json::from_slice(&encoded.body[..n]).unwrap();

@@ -15,6 +15,7 @@
 //! The limits are far above what any model uses (ONNX Runtime models rarely
 //! exceed rank 8; KServe requests carry a handful of parameters).
 
+use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -23,6 +24,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::value::RawValue;
 
 use crate::parameter::{Parameter, Parameters};
+use crate::shared_memory;
 
 /// The most dimensions a tensor shape may have.
 pub const MAX_DIMS: usize = 64;
@@ -31,35 +33,40 @@ pub const MAX_PARAMETERS: usize = 64;
 /// The most inputs, or outputs, one request may name.
 pub const MAX_TENSORS: usize = 4096;
 
+// Names and datatypes are borrowed from the body: only a name the request
+// keeps (an input's, an output's) becomes a `String`, once.
 #[derive(Deserialize)]
 pub struct RequestJson<'a> {
-    #[serde(default)]
-    pub id: Option<String>,
+    #[serde(default, borrow)]
+    pub id: Option<Cow<'a, str>>,
     #[serde(default)]
     pub parameters: JsonParameters,
     #[serde(borrow)]
     pub inputs: Bounded<InputJson<'a>, MAX_TENSORS>,
-    #[serde(default)]
-    pub outputs: Option<Bounded<OutputJson, MAX_TENSORS>>,
+    #[serde(default, borrow)]
+    pub outputs: Option<Bounded<OutputJson<'a>, MAX_TENSORS>>,
 }
 
 #[derive(Deserialize)]
 pub struct InputJson<'a> {
-    pub name: String,
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
     pub shape: Bounded<i64, MAX_DIMS>,
-    pub datatype: String,
+    #[serde(borrow)]
+    pub datatype: Cow<'a, str>,
     #[serde(default)]
-    pub parameters: JsonParameters,
+    pub parameters: TensorParameters,
     /// The raw JSON text of `data`, decoded once the shape is known to fit.
     #[serde(default, borrow)]
     pub data: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
-pub struct OutputJson {
-    pub name: String,
+pub struct OutputJson<'a> {
+    #[serde(borrow)]
+    pub name: Cow<'a, str>,
     #[serde(default)]
-    pub parameters: JsonParameters,
+    pub parameters: TensorParameters,
 }
 
 /// A JSON array of at most `N` items.
@@ -104,35 +111,124 @@ pub struct JsonParameters(pub Parameters);
 
 impl<'de> Deserialize<'de> for JsonParameters {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct MapVisitor;
+        let mut out = Parameters::new();
+        deserializer.deserialize_any(ParametersVisitor(|key: Cow<'de, str>, value| {
+            if out.len() == MAX_PARAMETERS && !out.contains_key(key.as_ref()) {
+                return Err(too_many());
+            }
+            out.insert(key.into_owned(), value);
+            Ok(())
+        }))?;
+        Ok(JsonParameters(out))
+    }
+}
 
-        impl<'de> Visitor<'de> for MapVisitor {
-            type Value = JsonParameters;
+/// A tensor's `parameters`, as the infer endpoint reads them: its own keys
+/// typed, shared memory's in a map (made only when they are there), and
+/// any other key checked like the rest and then dropped, so that the usual
+/// `{"binary_data_size": n}` costs no allocation.
+#[derive(Default)]
+pub struct TensorParameters {
+    pub binary_data_size: Option<Parameter>,
+    pub binary_data: Option<Parameter>,
+    pub classification: Option<Parameter>,
+    /// The `shared_memory_*` keys, for [`shared_memory::TensorRegion::from_parameters`].
+    pub shared_memory: Parameters,
+}
+
+impl<'de> Deserialize<'de> for TensorParameters {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut out = TensorParameters::default();
+        // Keys seen that are not kept, so that each counts once.
+        let mut others: Vec<Cow<'de, str>> = Vec::new();
+        deserializer.deserialize_any(ParametersVisitor(|key: Cow<'de, str>, value| {
+            let known = [&out.binary_data_size, &out.binary_data, &out.classification];
+            let count = known.iter().filter(|p| p.is_some()).count() + out.shared_memory.len() + others.len();
+            let slot = match key.as_ref() {
+                "binary_data_size" => Some(&mut out.binary_data_size),
+                "binary_data" => Some(&mut out.binary_data),
+                "classification" => Some(&mut out.classification),
+                _ => None,
+            };
+            match slot {
+                Some(slot) => {
+                    if slot.is_none() && count == MAX_PARAMETERS {
+                        return Err(too_many());
+                    }
+                    *slot = Some(value);
+                }
+                None if key.starts_with(shared_memory::PREFIX) => {
+                    if count == MAX_PARAMETERS && !out.shared_memory.contains_key(key.as_ref()) {
+                        return Err(too_many());
+                    }
+                    out.shared_memory.insert(key.into_owned(), value);
+                }
+                None if others.contains(&key) => {}
+                None if count == MAX_PARAMETERS => return Err(too_many()),
+                None => others.push(key),
+            }
+            Ok(())
+        }))?;
+        Ok(out)
+    }
+}
+
+fn too_many() -> String {
+    format!("more than {MAX_PARAMETERS} parameters in one object")
+}
+
+/// Visits a `parameters` object (or `null`): each key, borrowed when it
+/// has no escapes, with its scalar value, to `put`, whose error is the
+/// parse's.
+struct ParametersVisitor<F>(F);
+
+impl<'de, F> Visitor<'de> for ParametersVisitor<F>
+where
+    F: FnMut(Cow<'de, str>, Parameter) -> Result<(), String>,
+{
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an object of at most {MAX_PARAMETERS} parameters")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let value = map.next_value_seed(ScalarSeed(&key))?;
+            (self.0)(key, value).map_err(de::Error::custom)?;
+        }
+        Ok(())
+    }
+}
+
+/// An object key, borrowed from the text unless it has escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "an object of at most {MAX_PARAMETERS} parameters")
+                f.write_str("a parameter name")
             }
 
-            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-                Ok(JsonParameters::default())
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = Parameters::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    if out.len() == MAX_PARAMETERS && !out.contains_key(&key) {
-                        return Err(de::Error::custom(format!(
-                            "more than {MAX_PARAMETERS} parameters in one object"
-                        )));
-                    }
-                    let value = map.next_value_seed(ScalarSeed(&key))?;
-                    out.insert(key, value);
-                }
-                Ok(JsonParameters(out))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
             }
         }
 
-        deserializer.deserialize_any(MapVisitor)
+        deserializer.deserialize_str(KeyVisitor)
     }
 }
 
@@ -196,6 +292,42 @@ mod tests {
         assert_eq!(p["d"], Parameter::Double(1.5));
         assert_eq!(p["e"], Parameter::Uint(u64::MAX));
         assert_eq!(r.outputs.unwrap().0[0].name, "Y");
+    }
+
+    #[test]
+    fn keeps_a_tensors_own_parameters_and_checks_the_rest() {
+        let text = r#"{"inputs":[{"name":"X","shape":[2],"datatype":"INT32","parameters":{"binary_data_size":8,"shared_memory_offset":4,"other":"x"}}],
+            "outputs":[{"name":"Y","parameters":{"binary_data":true,"classification":3}}]}"#;
+        let r = parse(text).unwrap();
+        let input = &r.inputs.0[0].parameters;
+        assert_eq!(input.binary_data_size, Some(Parameter::Int(8)));
+        assert_eq!(
+            input.shared_memory.get("shared_memory_offset"),
+            Some(&Parameter::Int(4))
+        );
+        let output = &r.outputs.unwrap().0[0].parameters;
+        assert_eq!(output.binary_data, Some(Parameter::Bool(true)));
+        assert_eq!(output.classification, Some(Parameter::Int(3)));
+
+        let tensor = |params: &str| {
+            format!(r#"{{"inputs":[{{"name":"X","shape":[1],"datatype":"INT32","parameters":{{{params}}}}}]}}"#)
+        };
+        let many: Vec<String> = (0..=MAX_PARAMETERS).map(|i| format!(r#""k{i}":1"#)).collect();
+        let e = parse(&tensor(&many.join(","))).err().unwrap();
+        assert!(e.to_string().contains("more than 64 parameters"), "{e}");
+        // A repeated key counts once, kept or not.
+        let repeated = vec![r#""k":1,"binary_data_size":4"#; 100].join(",");
+        assert!(parse(&tensor(&repeated)).is_ok());
+        let e = parse(&tensor(r#""p":[1]"#)).err().unwrap();
+        assert!(
+            e.to_string()
+                .contains("parameter 'p' to be a boolean, number or string"),
+            "{e}"
+        );
+        // Escaped names are read as well as plain ones.
+        let escaped = tensor(r#""binary\u005fdata_size":4"#);
+        let r = parse(&escaped).unwrap();
+        assert_eq!(r.inputs.0[0].parameters.binary_data_size, Some(Parameter::Int(4)));
     }
 
     #[test]
