@@ -10,7 +10,7 @@ mod stream;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
@@ -23,7 +23,7 @@ use nereid_proto::inference::model_repository_parameter::ParameterChoice as Repo
 use nereid_proto::inference::repository_index_response::ModelIndex;
 use nereid_proto::inference::*;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::metadata::MetadataValue;
+use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 
 use self::budget::{BudgetLayer, take_reservation};
@@ -360,7 +360,9 @@ impl GrpcInferenceService for InferenceService {
 
 /// The client's W3C trace context from the call's metadata.
 fn trace_parent(metadata: &tonic::metadata::MetadataMap) -> Vec<(String, String)> {
-    request::trace_parent(|name| metadata.get(name)?.to_str().ok())
+    static KEYS: LazyLock<[MetadataKey<Ascii>; 2]> =
+        LazyLock::new(|| request::TRACE_HEADERS.map(MetadataKey::from_static));
+    request::trace_parent(KEYS.each_ref().map(|key| metadata.get(key)?.to_str().ok()))
 }
 
 /// `grpc.health.v1`: SERVING while the server is ready, for any service name.

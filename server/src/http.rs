@@ -35,7 +35,7 @@ use axum::extract::{RawPathParams, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
 use self::body::BodyLimits;
@@ -219,6 +219,17 @@ async fn restrict(
         Ok(()) => next.run(request).await,
         Err(e) => HttpError(e).into_response(),
     }
+}
+
+/// The W3C trace context headers ([`crate::request::TRACE_HEADERS`]), named once.
+const TRACE_HEADERS: [HeaderName; 2] = [
+    HeaderName::from_static(crate::request::TRACE_HEADERS[0]),
+    HeaderName::from_static(crate::request::TRACE_HEADERS[1]),
+];
+
+/// The values of the trace context headers, for [`crate::request::trace_parent`].
+fn trace_parent(headers: &HeaderMap) -> [Option<&str>; 2] {
+    TRACE_HEADERS.each_ref().map(|name| headers.get(name)?.to_str().ok())
 }
 
 /// Whether `headers` may use `group` (Triton's `--http-restricted-api`):

@@ -61,14 +61,14 @@ impl Protocol {
 pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 
 /// The client's W3C trace context, from whatever carries it (HTTP headers,
-/// gRPC metadata): `get` looks a header up by name.
-pub fn trace_parent<'a>(get: impl Fn(&str) -> Option<&'a str>) -> Vec<(String, String)> {
+/// gRPC metadata): the value of each of [`TRACE_HEADERS`], in its order. A
+/// front end looks them up with keys it made once: looking a header up by
+/// a `&str` parses the name every time.
+pub fn trace_parent(values: [Option<&str>; 2]) -> Vec<(String, String)> {
     TRACE_HEADERS
         .iter()
-        .filter_map(|name| {
-            let value = get(name)?;
-            Some((name.to_string(), value.to_string()))
-        })
+        .zip(values)
+        .filter_map(|(name, value)| Some((name.to_string(), value?.to_string())))
         .collect()
 }
 

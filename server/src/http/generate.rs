@@ -137,7 +137,7 @@ async fn receive(s: &AppState, p: &RawPathParams, headers: &HeaderMap, body: Bod
     let mut request = decode(&config, &body, reservation)?;
     request.model_name = model.to_string();
     request.model_version = version;
-    request.trace_parent = request::trace_parent(|name| headers.get(name)?.to_str().ok());
+    request.trace_parent = request::trace_parent(super::trace_parent(headers));
     Ok(request)
 }
 

@@ -6,6 +6,9 @@
 //! ([`super::port`]) for almost every request, and through the axum route
 //! ([`route`]) for the rest (percent-encoded model names).
 
+use std::fmt::Write as _;
+use std::sync::LazyLock;
+
 use axum::extract::{RawPathParams, Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -89,7 +92,7 @@ where
     };
     let binary_outputs = decoded.binary_outputs;
     let mut request = decoded.request;
-    request.trace_parent = request::trace_parent(|name| headers.get(name)?.to_str().ok());
+    request.trace_parent = request::trace_parent(super::trace_parent(headers));
     let response = s.server.infer_on(&found, request).await?;
     drop(found);
     let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
@@ -118,13 +121,13 @@ where
     };
     reply.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     if let Some(n) = binary_header {
-        reply.insert(HEADER_LENGTH, HeaderValue::from(n));
+        reply.insert(HEADER_LENGTH, number(n));
     }
     if let Some(encoding) = compress {
         reply.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding.as_str()));
     }
     if let Some(depth) = queue_depth {
-        reply.insert(QUEUE_DEPTH, HeaderValue::from(depth));
+        reply.insert(QUEUE_DEPTH, number(depth as usize));
     }
     // The answer is counted in the budget until it has been sent; it exists
     // already, so it is counted, never refused.
@@ -134,6 +137,38 @@ where
         headers: reply,
         body: ReservedBody::new(body, held),
     })
+}
+
+/// Numbers below this are header values made once: the JSON header's length
+/// of a small answer and a queue's depth nearly always are, and making a
+/// value from a number allocates.
+const SMALL_NUMBERS: usize = 1024;
+
+/// `n` as a header value.
+fn number(n: usize) -> HeaderValue {
+    static SMALL: LazyLock<Vec<HeaderValue>> = LazyLock::new(|| {
+        // One text of all of them, kept for the process's life: a value
+        // over static text is cloned without touching a reference count.
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(SMALL_NUMBERS);
+        for n in 0..SMALL_NUMBERS {
+            let _ = write!(text, "{n}");
+            ends.push(text.len());
+        }
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let value = HeaderValue::from_static(&text[start..end]);
+                start = end;
+                value
+            })
+            .collect()
+    });
+    match SMALL.get(n) {
+        Some(value) => value.clone(),
+        None => HeaderValue::from(n),
+    }
 }
 
 /// Runs CPU-heavy codec work on the blocking pool.
@@ -193,4 +228,30 @@ fn header_length(value: Option<&HeaderValue>, body_len: usize) -> Result<Option<
         )));
     }
     Ok(Some(n as usize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_become_their_decimal_text() {
+        for n in [0, 7, 10, 99, 100, 1023, 1024, 65_536, usize::MAX] {
+            assert_eq!(number(n).to_str().unwrap(), n.to_string(), "{n}");
+        }
+    }
+
+    #[test]
+    fn the_inference_header_length_must_fit_the_body() {
+        let value = |s: &'static str| HeaderValue::from_static(s);
+        assert_eq!(header_length(None, 10).unwrap(), None);
+        assert_eq!(header_length(Some(&value(" 4 ")), 10).unwrap(), Some(4));
+        let e = header_length(Some(&value("11")), 10).unwrap_err();
+        assert!(e.message().contains("range (0, 10), got: 11"), "{e}");
+        let e = header_length(Some(&value("x")), 10).unwrap_err();
+        assert!(
+            e.message().contains("Unable to parse Inference-Header-Content-Length"),
+            "{e}"
+        );
+    }
 }
