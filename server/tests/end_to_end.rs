@@ -336,6 +336,71 @@ async fn sigterm_lets_in_flight_requests_finish() {
     assert!(reqwest::get(format!("{http}/v2/health/live")).await.is_err());
 }
 
+/// Infer requests are answered by the port's own service, and a few by the
+/// router (escaped names): both must behave as one route does.
+#[tokio::test]
+async fn every_infer_path_is_one_route() {
+    let server = TestServer::start(
+        &repo_root().join("examples/models"),
+        &["--http-restricted-api", "inference:infer-key=open"],
+    );
+    let http = reqwest::Client::new();
+    let body = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.5, -2.0]}]});
+    let post = |path: &str, key: Option<&str>| {
+        let mut request = http.post(format!("{}{path}", server.http)).json(&body);
+        if let Some(key) = key {
+            request = request.header("infer-key", key);
+        }
+        request.send()
+    };
+    for path in [
+        "/v2/models/identity/infer",
+        "/v2/models/identity/versions/1/infer",
+        "/v2/models/id%65ntity/infer",
+    ] {
+        let refused = post(path, None).await.unwrap();
+        assert_eq!(refused.status(), 403, "{path}");
+        let error: Value = refused.json().await.unwrap();
+        assert!(
+            error["error"]
+                .as_str()
+                .unwrap()
+                .contains("expecting header 'infer-key'"),
+            "{path}: {error}"
+        );
+        assert_eq!(post(path, Some("wrong")).await.unwrap().status(), 403, "{path}");
+        let answered = post(path, Some("open")).await.unwrap();
+        assert_eq!(answered.status(), 200, "{path}");
+        let reply: Value = answered.json().await.unwrap();
+        assert_eq!(reply["outputs"][0]["data"], json!([1.5, -2.0]), "{path}");
+        assert_eq!(reply["model_name"], "identity", "{path}");
+    }
+    let unknown = post("/v2/models/nothing/infer", Some("open")).await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    let version = post("/v2/models/identity/versions/x/infer", Some("open"))
+        .await
+        .unwrap();
+    assert_eq!(version.status(), 400);
+    for path in ["/v2/models/identity/infer/", "/v2/models//infer"] {
+        assert_eq!(post(path, Some("open")).await.unwrap().status(), 404, "{path}");
+    }
+    let get = http
+        .get(format!("{}/v2/models/identity/infer", server.http))
+        .header("infer-key", "open")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    // Unrestricted groups stay open.
+    let ready = http
+        .get(format!("{}/v2/health/ready", server.http))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    assert!(server.terminate().success());
+}
+
 #[tokio::test]
 async fn config_patches_merge_over_the_folder_config() {
     let repo = scratch("config-patch");
