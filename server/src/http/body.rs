@@ -9,6 +9,7 @@
 //! trickles its body is cut off after the body timeout. A compressed body is
 //! inflated under the same size limit and budget.
 
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -71,13 +72,22 @@ where
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    match tokio::time::timeout(limits.timeout, collect(body, announced, limits.max_size, reservation)).await {
-        Ok(read) => Ok(Received { bytes: read?, encoding }),
-        Err(_) => Err(Error::invalid(format!(
-            "the request body did not arrive within {} s (--http-body-timeout-secs)",
-            limits.timeout.as_secs()
-        ))),
-    }
+    // The clock starts only if the body has to be waited for: a small one
+    // has usually arrived with its headers, and then costs no timer.
+    let mut collecting = std::pin::pin!(collect(body, announced, limits.max_size, reservation));
+    let read = match futures::poll!(collecting.as_mut()) {
+        Poll::Ready(read) => read,
+        Poll::Pending => match tokio::time::timeout(limits.timeout, collecting).await {
+            Ok(read) => read,
+            Err(_) => {
+                return Err(Error::invalid(format!(
+                    "the request body did not arrive within {} s (--http-body-timeout-secs)",
+                    limits.timeout.as_secs()
+                )));
+            }
+        },
+    };
+    Ok(Received { bytes: read?, encoding })
 }
 
 async fn collect<B>(body: B, announced: Option<u64>, limit: usize, reservation: &mut Reservation) -> Result<Bytes>

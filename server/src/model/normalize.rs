@@ -137,7 +137,7 @@ fn check_outputs(
     if requested.is_empty() {
         return Ok(config.output.iter().map(|o| RequestedOutput::named(&o.name)).collect());
     }
-    let mut seen = vec![false; config.output.len()];
+    let mut seen = Marks::new(config.output.len());
     for output in &requested {
         let Some(position) = config.output.iter().position(|o| o.name == output.name) else {
             return Err(Error::invalid(format!(
@@ -146,7 +146,7 @@ fn check_outputs(
             )));
         };
         let config_output = &config.output[position];
-        if std::mem::replace(&mut seen[position], true) {
+        if seen.mark(position) {
             return Err(Error::invalid(format!(
                 "{prefix}output '{}' already exists in request",
                 output.name
@@ -169,7 +169,7 @@ fn check_outputs(
 fn check_input_names(config: &ModelConfig, model: &str, prefix: Prefix<'_>, inputs: &[Tensor]) -> Result<()> {
     // By position in the config: every name must be there, so a name seen
     // twice is a position seen twice.
-    let mut seen = vec![false; config.input.len()];
+    let mut seen = Marks::new(config.input.len());
     for tensor in inputs {
         let Some(position) = config.input.iter().position(|i| i.name == tensor.name) else {
             return Err(Error::invalid(format!(
@@ -177,14 +177,18 @@ fn check_input_names(config: &ModelConfig, model: &str, prefix: Prefix<'_>, inpu
                 tensor.name
             )));
         };
-        if std::mem::replace(&mut seen[position], true) {
+        if seen.mark(position) {
             return Err(Error::invalid(format!(
                 "{prefix}input '{}' already exists in request",
                 tensor.name
             )));
         }
     }
-    let complete = config.input.iter().zip(&seen).all(|(i, seen)| i.optional || *seen);
+    let complete = config
+        .input
+        .iter()
+        .enumerate()
+        .all(|(at, i)| i.optional || seen.is_marked(at));
     if !complete {
         let required: Vec<&str> = config
             .input
@@ -195,9 +199,9 @@ fn check_input_names(config: &ModelConfig, model: &str, prefix: Prefix<'_>, inpu
         let missing: Vec<&str> = config
             .input
             .iter()
-            .zip(&seen)
-            .filter(|(i, seen)| !i.optional && !**seen)
-            .map(|(i, _)| i.name.as_str())
+            .enumerate()
+            .filter(|(at, i)| !i.optional && !seen.is_marked(*at))
+            .map(|(_, i)| i.name.as_str())
             .collect();
         let list = |names: &mut dyn Iterator<Item = &str>| {
             format!("[{}]", names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(","))
@@ -219,6 +223,42 @@ fn check_input_names(config: &ModelConfig, model: &str, prefix: Prefix<'_>, inpu
         )));
     }
     Ok(())
+}
+
+/// Which of a config's inputs (or outputs) a request named: bits of a word
+/// for the usual handful, so checking a request allocates nothing.
+enum Marks {
+    Few(u64),
+    Many(Vec<bool>),
+}
+
+impl Marks {
+    fn new(count: usize) -> Self {
+        if count <= 64 {
+            Marks::Few(0)
+        } else {
+            Marks::Many(vec![false; count])
+        }
+    }
+
+    /// Marks `at`; whether it was marked already.
+    fn mark(&mut self, at: usize) -> bool {
+        match self {
+            Marks::Few(bits) => {
+                let was = *bits & (1 << at) != 0;
+                *bits |= 1 << at;
+                was
+            }
+            Marks::Many(marks) => std::mem::replace(&mut marks[at], true),
+        }
+    }
+
+    fn is_marked(&self, at: usize) -> bool {
+        match self {
+            Marks::Few(bits) => *bits & (1 << at) != 0,
+            Marks::Many(marks) => marks[at],
+        }
+    }
 }
 
 /// Whether request dims fit config dims (`-1` in the config matches anything).
@@ -351,6 +391,20 @@ mod tests {
         );
         let n = normalize(&simple(), "simple", "r1", req(&["OUTPUT1"])).unwrap();
         assert_eq!(n.outputs, vec![RequestedOutput::named("OUTPUT1")]);
+    }
+
+    #[test]
+    fn marks_count_each_place_once_however_many() {
+        for count in [1, 64, 65, 200] {
+            let mut marks = Marks::new(count);
+            let places: std::collections::BTreeSet<usize> = [0, count / 2, count - 1].into();
+            for &at in &places {
+                assert!(!marks.mark(at), "{count}: {at} is new");
+                assert!(marks.mark(at), "{count}: {at} was marked");
+            }
+            let marked: Vec<usize> = (0..count).filter(|at| marks.is_marked(*at)).collect();
+            assert_eq!(marked, places.into_iter().collect::<Vec<_>>(), "{count}");
+        }
     }
 
     #[test]
