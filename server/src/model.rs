@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice, model_instance_group::Kind};
+use tracing::Instrument;
 
 use crate::backend::BackendKind;
 use crate::backend::remote::RemoteModel;
@@ -18,16 +19,19 @@ use crate::dynamic_batch_scheduler::{BatcherConfig, DynamicBatchScheduler};
 use crate::ensemble_scheduler::EnsembleScheduler;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, InstanceSource, Placement};
+use crate::memory_budget::Reservation;
 use crate::metrics::FailureReason;
 use crate::model_config::sequence::SequenceConfig;
 use crate::model_config::{file_names, parameter};
 use crate::model_lifecycle::LoadOptions;
+use crate::parameter::Parameters;
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
 use crate::scheduler::{Scheduler, Work};
 use crate::sequence_batcher::SequenceBatcher;
 use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
+use crate::trace::RequestTrace;
 
 pub struct Model {
     name: String,
@@ -120,10 +124,12 @@ impl Model {
     }
 
     /// Checks a request, runs it on a free instance and shapes the response.
-    // A span per request costs about a tenth of a small request's CPU time
-    // (measured with bench/vad.sh); it is there for verbose logging only.
-    #[tracing::instrument(level = "debug", skip_all, fields(model = %self.name, version = self.version, request_id = %request.id))]
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
+        // A span per request costs about a tenth of a small request's CPU
+        // time (measured with bench/vad.sh); it is there for verbose logging
+        // only. Entered by hand, not with #[instrument], whose future holds
+        // the body's future twice (with and without the span).
+        let span = tracing::debug_span!("infer", model = %self.name, version = self.version, request_id = %request.id);
         if self.is_decoupled() {
             return Err(Error::unsupported(format!(
                 "model '{}' is decoupled (it may answer with many responses): call it over a stream \
@@ -138,25 +144,36 @@ impl Model {
             arrived: std::time::Instant::now(),
             failure: Some(FailureReason::Canceled),
         };
-        let result = self.run(request).await;
+        let result = match self.scheduler.inline() {
+            // Answered here and now (identity): nothing to wait for.
+            Some(pool) => span.in_scope(|| self.run_now(pool, request)),
+            // The future of a request that waits in a queue is kilobytes,
+            // and every future awaiting this one would carry its size:
+            // boxed, it costs the requests above nothing, and one
+            // allocation is nothing beside a queued model's compute.
+            None => Box::pin(self.run(request).instrument(span.clone())).await,
+        };
         outcome.failure = result.as_ref().err().map(FailureReason::of);
-        match &result {
+        span.in_scope(|| match &result {
             Ok(_) => tracing::debug!("inference done"),
             Err(e) => tracing::debug!(error = %e, "inference failed"),
-        }
+        });
         result
     }
 
-    async fn run(&self, mut request: InferRequest) -> Result<InferResponse> {
-        let id = std::mem::take(&mut request.id);
-        let parameters = std::mem::take(&mut request.parameters);
+    async fn run(&self, request: InferRequest) -> Result<InferResponse> {
+        let Prepared {
+            id,
+            parameters,
+            reservation,
+            trace,
+            trace_parent,
+            normalized,
+        } = self.prepare(request)?;
         // Held by this future while the inputs live: if the caller goes away
         // it is given back together with the inputs the scheduler drops, and
         // it goes when the answer is built (the front end counts the answer).
-        let _reservation = std::mem::take(&mut request.reservation);
-        let trace = request.trace.take();
-        let trace_parent = std::mem::take(&mut request.trace_parent);
-        let normalized = normalize::normalize(&self.config, &self.name, &id, request)?;
+        let _reservation = reservation;
         let work = Work {
             batch_size: normalized.batch_size,
             id: &id,
@@ -169,6 +186,40 @@ impl Model {
             .schedule(normalized.inputs, work, &self.statistics)
             .await?;
         self.respond(id, produced, &normalized.outputs, normalized.batch_size, true)
+    }
+
+    /// [`Self::run`] on instances that run on the calling thread.
+    fn run_now(&self, pool: &InstancePool, request: InferRequest) -> Result<InferResponse> {
+        let Prepared {
+            id,
+            reservation,
+            trace,
+            normalized,
+            ..
+        } = self.prepare(request)?;
+        // As in `run`: given back once the answer is built.
+        let _reservation = reservation;
+        let produced = pool.run_now(normalized.inputs, normalized.batch_size, trace)?;
+        self.respond(id, produced, &normalized.outputs, normalized.batch_size, true)
+    }
+
+    /// Takes a request apart for its scheduler, its inputs checked against
+    /// the config.
+    fn prepare(&self, mut request: InferRequest) -> Result<Prepared> {
+        let id = std::mem::take(&mut request.id);
+        let parameters = std::mem::take(&mut request.parameters);
+        let reservation = std::mem::take(&mut request.reservation);
+        let trace = request.trace.take();
+        let trace_parent = std::mem::take(&mut request.trace_parent);
+        let normalized = normalize::normalize(&self.config, &self.name, &id, request)?;
+        Ok(Prepared {
+            id,
+            parameters,
+            reservation,
+            trace,
+            trace_parent,
+            normalized,
+        })
     }
 
     /// The answer from what an execution `produced`: the `wanted` outputs
@@ -294,6 +345,17 @@ fn on_instances(
         )?),
         _ => Scheduler::Default(pool),
     })
+}
+
+/// A request taken apart: what its answer and its scheduler need besides
+/// the checked inputs.
+struct Prepared {
+    id: String,
+    parameters: Parameters,
+    reservation: Reservation,
+    trace: Option<Arc<RequestTrace>>,
+    trace_parent: Vec<(String, String)>,
+    normalized: normalize::Normalized,
 }
 
 /// Records a request's end in the statistics (and metrics) when dropped.

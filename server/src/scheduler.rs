@@ -83,6 +83,15 @@ pub enum Scheduler {
 }
 
 impl Scheduler {
+    /// The instances, when they run each request on the calling thread
+    /// ([`InstancePool::run_now`]) with nothing in front of them.
+    pub fn inline(&self) -> Option<&InstancePool> {
+        match self {
+            Scheduler::Default(pool) if pool.runs_inline() => Some(pool),
+            _ => None,
+        }
+    }
+
     /// Runs a request and returns its own outputs (every output the model
     /// produces). Dropping the returned future cancels the request and
     /// drops its inputs at once, wherever it is queued.
@@ -93,8 +102,6 @@ impl Scheduler {
         statistics: &ModelStatistics,
     ) -> Result<Vec<Tensor>> {
         match self {
-            // Nothing to queue or wait for: the copy runs here and now.
-            Scheduler::Default(pool) if pool.runs_inline() => pool.run_now(inputs, work.batch_size, work.trace),
             Scheduler::Default(pool) => {
                 on_instances(inputs, work, statistics, |p| pool.try_submit(Job::single(p))).await
             }
