@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
@@ -24,6 +24,10 @@ use tower::{Layer, Service};
 pub struct InFlight {
     count: AtomicUsize,
     idle: Notify,
+    /// Whether anyone waits for [`InFlight::idle`] (only shutdown does).
+    /// A server answering one request at a time reaches zero after every
+    /// request, and waking nobody still takes `Notify`'s lock.
+    awaited: AtomicBool,
 }
 
 impl InFlight {
@@ -32,18 +36,21 @@ impl InFlight {
     }
 
     pub fn count(&self) -> usize {
-        self.count.load(Ordering::Acquire)
+        self.count.load(Ordering::SeqCst)
     }
 
     /// Counts one request, in the count and in `gauge`, until the guard drops.
     pub(crate) fn enter(self: &Arc<Self>, gauge: &IntGauge) -> Guard {
-        self.count.fetch_add(1, Ordering::AcqRel);
+        self.count.fetch_add(1, Ordering::SeqCst);
         gauge.inc();
         Guard(Arc::clone(self), gauge.clone())
     }
 
     /// Resolves once no request is in flight.
     pub async fn idle(&self) {
+        // Before the count is read: a release that reads `awaited` as false
+        // happened before that read, and the read sees it.
+        self.awaited.store(true, Ordering::SeqCst);
         loop {
             // Registered before the check, so a release in between is not missed.
             let released = self.idle.notified();
@@ -61,7 +68,7 @@ pub(crate) struct Guard(Arc<InFlight>, IntGauge);
 impl Drop for Guard {
     fn drop(&mut self) {
         self.1.dec();
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.awaited.load(Ordering::SeqCst) {
             self.0.idle.notify_waiters();
         }
     }
@@ -173,5 +180,23 @@ mod tests {
         drop(b);
         waiter.await.unwrap();
         assert_eq!(in_flight.count(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_before_anyone_waits_is_not_needed_and_one_after_is_seen() {
+        let in_flight = InFlight::new();
+        let gauge = IntGauge::new("g", "in flight").unwrap();
+        // Counted up and down with nobody waiting: nothing to wake.
+        drop(in_flight.enter(&gauge));
+        let held = in_flight.enter(&gauge);
+        let waiter = tokio::spawn({
+            let in_flight = Arc::clone(&in_flight);
+            async move { in_flight.idle().await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!waiter.is_finished());
+        drop(held);
+        waiter.await.unwrap();
+        assert_eq!(gauge.get(), 0);
     }
 }
