@@ -121,10 +121,16 @@ impl Inline {
     /// Runs one request now and returns its outputs: it never waits in a
     /// queue, so it needs no [`Pending`], no payload to cancel and no reply
     /// channel, only the statistics a queued request would have (a queue
-    /// time of zero).
-    fn run_now(&self, inputs: Vec<Tensor>, batch_size: usize, trace: Option<Arc<RequestTrace>>) -> Result<Vec<Tensor>> {
+    /// time of zero: it starts when it `arrived`).
+    fn run_now(
+        &self,
+        inputs: Vec<Tensor>,
+        batch_size: usize,
+        trace: Option<Arc<RequestTrace>>,
+        arrived: Instant,
+    ) -> Result<Vec<Tensor>> {
         let mut instance = self.instance();
-        let started = Instant::now();
+        let started = arrived;
         self.source.statistics.record_queue(std::time::Duration::ZERO);
         let traces = match trace {
             Some(trace) => {
@@ -218,16 +224,18 @@ impl InstancePool {
         self.inline.is_some()
     }
 
-    /// Runs one request on the calling thread and returns its outputs (a
-    /// pool whose instances have threads of their own refuses).
+    /// Runs one request, which `arrived` just now, on the calling thread and
+    /// returns its outputs (a pool whose instances have threads of their own
+    /// refuses).
     pub fn run_now(
         &self,
         inputs: Vec<Tensor>,
         batch_size: usize,
         trace: Option<Arc<RequestTrace>>,
+        arrived: Instant,
     ) -> Result<Vec<Tensor>> {
         match &self.inline {
-            Some(inline) => inline.run_now(inputs, batch_size, trace),
+            Some(inline) => inline.run_now(inputs, batch_size, trace, arrived),
             None => Err(Error::internal("run_now on instances that run on their own threads")),
         }
     }
@@ -599,7 +607,7 @@ mod tests {
         let (pool, _) = identity_pool(r#"parameters { key: "execute_delay_ms" value: { string_value: "5" } }"#);
         assert!(pool.inline.is_none() && pool.queues.len() == 1);
         assert!(!pool.runs_inline());
-        let e = pool.run_now(Vec::new(), 1, None).unwrap_err();
+        let e = pool.run_now(Vec::new(), 1, None, Instant::now()).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::Internal);
     }
 
@@ -609,7 +617,7 @@ mod tests {
         assert!(pool.runs_inline());
         let data = Bytes::copy_from_slice(&5.0f32.to_le_bytes());
         let inputs = vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)];
-        let outputs = pool.run_now(inputs, 1, None).unwrap();
+        let outputs = pool.run_now(inputs, 1, None, Instant::now()).unwrap();
         assert_eq!(outputs[0].name, "OUTPUT0");
         assert_eq!(outputs[0].data.as_ref(), &5.0f32.to_le_bytes());
         let stats = statistics.snapshot();

@@ -8,6 +8,7 @@ pub mod stream;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice, model_instance_group::Kind};
 use tracing::Instrument;
@@ -66,7 +67,7 @@ impl Model {
             config,
             kind,
         } = source;
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut labels = HashMap::new();
         let model_dir = version_dir.parent().unwrap_or(version_dir);
         for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
@@ -141,12 +142,12 @@ impl Model {
         // the answer (the client went away), the request counts as CANCELED.
         let mut outcome = Outcome {
             statistics: &self.statistics,
-            arrived: std::time::Instant::now(),
+            arrived: Instant::now(),
             failure: Some(FailureReason::Canceled),
         };
         let result = match self.scheduler.inline() {
             // Answered here and now (identity): nothing to wait for.
-            Some(pool) => span.in_scope(|| self.run_now(pool, request)),
+            Some(pool) => span.in_scope(|| self.run_now(pool, request, outcome.arrived)),
             // The future of a request that waits in a queue is kilobytes,
             // and every future awaiting this one would carry its size:
             // boxed, it costs the requests above nothing, and one
@@ -189,7 +190,7 @@ impl Model {
     }
 
     /// [`Self::run`] on instances that run on the calling thread.
-    fn run_now(&self, pool: &InstancePool, request: InferRequest) -> Result<InferResponse> {
+    fn run_now(&self, pool: &InstancePool, request: InferRequest, arrived: Instant) -> Result<InferResponse> {
         let Prepared {
             id,
             reservation,
@@ -199,7 +200,7 @@ impl Model {
         } = self.prepare(request)?;
         // As in `run`: given back once the answer is built.
         let _reservation = reservation;
-        let produced = pool.run_now(normalized.inputs, normalized.batch_size, trace)?;
+        let produced = pool.run_now(normalized.inputs, normalized.batch_size, trace, arrived)?;
         self.respond(id, produced, &normalized.outputs, normalized.batch_size, true)
     }
 
@@ -361,7 +362,7 @@ struct Prepared {
 /// Records a request's end in the statistics (and metrics) when dropped.
 struct Outcome<'a> {
     statistics: &'a ModelStatistics,
-    arrived: std::time::Instant,
+    arrived: Instant,
     failure: Option<FailureReason>,
 }
 
