@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Server binaries side by side with the bare echo server, in one run: for
+# measuring one change to the request path against the machine's noise.
+#
+#   bench/ab.sh [--protocol http|grpc] [--rounds N] BINARY...
+#
+# Each round starts the echo server, then each BINARY in turn (on
+# examples/models), pinned to core 0 with nereid-perf on core 1, and measures
+# identity FP32[1,256] at concurrency 1 and 32: throughput, p50 and the
+# server's CPU per request (from /proc). Alternating the binaries within a
+# round, over several rounds, separates a change from the VM's drift, which
+# here moves every figure by 5-10 % within minutes. Build the binaries first
+# (for example: copy target/release/nereid-server aside before and after a
+# change). A benchmark, not a test: nothing fails on a timing. Talks to
+# 127.0.0.1 only; stops what it starts, by PID.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+protocol=http rounds=1 interval=1500
+while [ $# -gt 0 ]; do
+    case $1 in
+        --protocol) protocol=$2; shift 2 ;;
+        --rounds) rounds=$2; shift 2 ;;
+        *) break ;;
+    esac
+done
+if [ $# -eq 0 ]; then
+    echo "usage: bench/ab.sh [--protocol http|grpc] [--rounds N] BINARY..." >&2
+    exit 2
+fi
+source "$repo/scripts/setup.sh"
+cd "$repo"
+bin="$repo/target/release"
+log=$(mktemp -d)
+
+pid=
+cleanup() {
+    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    rm -rf "$log"
+}
+trap cleanup EXIT
+
+# Waits for "$1" (a log file) to contain "$2"; prints the matching line.
+wait_for_line() {
+    for _ in $(seq 1 600); do
+        if grep -q "$2" "$1" 2>/dev/null; then grep -m1 "$2" "$1"; return 0; fi
+        sleep 0.1
+    done
+    echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; return 1
+}
+
+# measure NAME ADDRESS MODEL [flags]: one line per concurrency level.
+measure() {
+    local name=$1 address=$2 model=$3; shift 3
+    taskset -c 1 "$bin/nereid-perf" --protocol "$protocol" -u "$address" -m "$model" --server-pid "$pid" \
+        --shape INPUT0:1,256 --concurrency-list 1,32 --measurement-interval "$interval" "$@" 2>&1 \
+        | grep -E '^ +c=[0-9]+:' | sed "s|^|$name |"
+}
+
+stop() { kill -TERM "$pid"; wait "$pid" || true; pid=; }
+
+for round in $(seq 1 "$rounds"); do
+    echo "== round $round ($protocol)"
+    taskset -c 0 "$bin/nereid-echo" --address 127.0.0.1 --http-port 0 --grpc-port 0 --input INPUT0:FP32:-1,256 \
+        >"$log/echo.log" 2>&1 &
+    pid=$!
+    line=$(wait_for_line "$log/echo.log" "listening")
+    address=$(sed -E "s/.*$protocol=([^ ]+).*/\1/" <<<"$line")
+    measure echo "$address" echo --datatype INPUT0:FP32
+    stop
+    for server in "$@"; do
+        taskset -c 0 "$server" --model-repository examples/models --http-address 127.0.0.1 --http-port 0 \
+            --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$log/server.log" 2>&1 &
+        pid=$!
+        if [ "$protocol" = grpc ]; then started="Started GRPCInferenceService"; else started="Started HTTPService"; fi
+        address=$(wait_for_line "$log/server.log" "$started" | sed -E 's/.*at ([0-9.:]+).*/\1/')
+        sleep 1
+        measure "$server" "$address" identity
+        stop
+    done
+done
