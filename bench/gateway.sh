@@ -39,13 +39,7 @@ stop() { # stop PID: SIGTERM and wait
 cleanup() { for pid in "${pids[@]}"; do stop "$pid"; done; }
 trap cleanup EXIT
 
-wait_for_line() { # wait_for_line LOG TEXT
-    for _ in $(seq 1 600); do
-        grep -q "$2" "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; return 1
-}
+source "$repo/bench/wait_for_line.sh"
 
 # cpu_ticks PID: user + system time so far, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -67,7 +61,7 @@ EOF
         --grpc-address 127.0.0.1 --grpc-port "$((port + 1))" \
         --metrics-address 127.0.0.1 --metrics-port "$((port + 2))" >"$out/$name.log" 2>&1 &
     pids+=($!)
-    wait_for_line "$out/$name.log" "Started GRPCInferenceService"
+    wait_for_line "$out/$name.log" "Started GRPCInferenceService" >/dev/null
     last_pid=$!
 }
 
@@ -82,7 +76,7 @@ gateway() {
     "$bin/nereid-gateway" --address 127.0.0.1 --http-port 18200 --grpc-port 18201 --metrics-port 18202 \
         --picker "$picker" "${flags[@]}" >"$out/$name.log" 2>&1 &
     pids+=($!)
-    wait_for_line "$out/$name.log" "nereid-gateway listening"
+    wait_for_line "$out/$name.log" "nereid-gateway listening" >/dev/null
     last_pid=$!
 }
 

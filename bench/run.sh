@@ -44,14 +44,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Waits for "$1" (a log file) to contain "$2"; prints the matching line.
-wait_for_line() {
-    for _ in $(seq 1 600); do
-        if grep -q "$2" "$1" 2>/dev/null; then grep -m1 "$2" "$1"; return 0; fi
-        sleep 0.1
-    done
-    echo "timed out waiting for '$2' in $1" >&2; cat "$1" >&2; return 1
-}
+source "$repo/bench/wait_for_line.sh"
 
 cores=$(nproc)
 server_core=() client_core=()
