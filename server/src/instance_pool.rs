@@ -77,7 +77,7 @@ pub struct InstancePool {
 }
 
 /// Instances that run jobs on the submitting thread.
-struct Inline {
+pub struct Inline {
     source: Arc<InstanceSource>,
     instances: Vec<Mutex<Box<dyn ModelInstance>>>,
     /// Where the search for a free instance starts, turn by turn.
@@ -122,7 +122,7 @@ impl Inline {
     /// queue, so it needs no [`Pending`], no payload to cancel and no reply
     /// channel, only the statistics a queued request would have (a queue
     /// time of zero: it starts when it `arrived`).
-    fn run_now(
+    pub fn run_now(
         &self,
         inputs: Vec<Tensor>,
         batch_size: usize,
@@ -130,11 +130,10 @@ impl Inline {
         arrived: Instant,
     ) -> Result<Vec<Tensor>> {
         let mut instance = self.instance();
-        let started = arrived;
         self.source.statistics.record_queue(std::time::Duration::ZERO);
         let traces = match trace {
             Some(trace) => {
-                trace.child("queue", started, started);
+                trace.child("queue", arrived, arrived);
                 vec![trace]
             }
             None => Vec::new(),
@@ -142,7 +141,7 @@ impl Inline {
         execute(
             &self.source,
             instance.as_mut(),
-            started,
+            arrived,
             vec![inputs],
             &[batch_size],
             &traces,
@@ -218,26 +217,11 @@ impl InstancePool {
         Ok(pool)
     }
 
-    /// Whether the instances run on the submitting thread
-    /// ([`Backend::runs_inline`]), so [`Self::run_now`] can be used.
-    pub fn runs_inline(&self) -> bool {
-        self.inline.is_some()
-    }
-
-    /// Runs one request, which `arrived` just now, on the calling thread and
-    /// returns its outputs (a pool whose instances have threads of their own
-    /// refuses).
-    pub fn run_now(
-        &self,
-        inputs: Vec<Tensor>,
-        batch_size: usize,
-        trace: Option<Arc<RequestTrace>>,
-        arrived: Instant,
-    ) -> Result<Vec<Tensor>> {
-        match &self.inline {
-            Some(inline) => inline.run_now(inputs, batch_size, trace, arrived),
-            None => Err(Error::internal("run_now on instances that run on their own threads")),
-        }
+    /// The instances, when they run on the submitting thread
+    /// ([`Backend::runs_inline`]): a request can then be run now
+    /// ([`Inline::run_now`]) instead of queued.
+    pub fn inline(&self) -> Option<&Inline> {
+        self.inline.as_ref()
     }
 
     /// Queues a job, refusing at once when the queue is full; an inline
@@ -524,7 +508,6 @@ mod tests {
     use crate::datatype::DataType;
     use crate::model_config::text::parse;
     use crate::scheduler::Reply;
-    use Tensor;
     use bytes::Bytes;
     use tokio::sync::oneshot;
 
@@ -606,18 +589,16 @@ mod tests {
 
         let (pool, _) = identity_pool(r#"parameters { key: "execute_delay_ms" value: { string_value: "5" } }"#);
         assert!(pool.inline.is_none() && pool.queues.len() == 1);
-        assert!(!pool.runs_inline());
-        let e = pool.run_now(Vec::new(), 1, None, Instant::now()).unwrap_err();
-        assert_eq!(e.kind(), crate::error::ErrorKind::Internal);
+        assert!(pool.inline().is_none());
     }
 
     #[test]
     fn a_request_run_now_counts_as_queued_and_executed() {
         let (pool, statistics) = identity_pool("");
-        assert!(pool.runs_inline());
+        let inline = pool.inline().expect("identity runs inline");
         let data = Bytes::copy_from_slice(&5.0f32.to_le_bytes());
         let inputs = vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)];
-        let outputs = pool.run_now(inputs, 1, None, Instant::now()).unwrap();
+        let outputs = inline.run_now(inputs, 1, None, Instant::now()).unwrap();
         assert_eq!(outputs[0].name, "OUTPUT0");
         assert_eq!(outputs[0].data.as_ref(), &5.0f32.to_le_bytes());
         let stats = statistics.snapshot();

@@ -19,7 +19,7 @@ use crate::backend::{self, Device};
 use crate::dynamic_batch_scheduler::{BatcherConfig, DynamicBatchScheduler};
 use crate::ensemble_scheduler::EnsembleScheduler;
 use crate::error::{Error, Result};
-use crate::instance_pool::{InstancePool, InstanceSource, Placement};
+use crate::instance_pool::{Inline, InstancePool, InstanceSource, Placement};
 use crate::memory_budget::Reservation;
 use crate::metrics::FailureReason;
 use crate::model_config::sequence::SequenceConfig;
@@ -147,7 +147,7 @@ impl Model {
         };
         let result = match self.scheduler.inline() {
             // Answered here and now (identity): nothing to wait for.
-            Some(pool) => span.in_scope(|| self.run_now(pool, request, outcome.arrived)),
+            Some(instances) => span.in_scope(|| self.run_now(instances, request, outcome.arrived)),
             // The future of a request that waits in a queue is kilobytes,
             // and every future awaiting this one would carry its size:
             // boxed, it costs the requests above nothing, and one
@@ -190,7 +190,7 @@ impl Model {
     }
 
     /// [`Self::run`] on instances that run on the calling thread.
-    fn run_now(&self, pool: &InstancePool, request: InferRequest, arrived: Instant) -> Result<InferResponse> {
+    fn run_now(&self, instances: &Inline, request: InferRequest, arrived: Instant) -> Result<InferResponse> {
         let Prepared {
             id,
             reservation,
@@ -200,7 +200,7 @@ impl Model {
         } = self.prepare(request)?;
         // As in `run`: given back once the answer is built.
         let _reservation = reservation;
-        let produced = pool.run_now(normalized.inputs, normalized.batch_size, trace, arrived)?;
+        let produced = instances.run_now(normalized.inputs, normalized.batch_size, trace, arrived)?;
         self.respond(id, produced, &normalized.outputs, normalized.batch_size, true)
     }
 

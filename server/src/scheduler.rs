@@ -23,7 +23,7 @@ use crate::batch::BatchKey;
 use crate::dynamic_batch_scheduler::DynamicBatchScheduler;
 use crate::ensemble_scheduler::EnsembleScheduler;
 use crate::error::{Error, Result};
-use crate::instance_pool::{InstancePool, Job};
+use crate::instance_pool::{Inline, InstancePool, Job};
 use crate::metrics::model::GaugeGuard;
 use crate::parameter::Parameters;
 use crate::sequence_batcher::SequenceBatcher;
@@ -84,10 +84,10 @@ pub enum Scheduler {
 
 impl Scheduler {
     /// The instances, when they run each request on the calling thread
-    /// ([`InstancePool::run_now`]) with nothing in front of them.
-    pub fn inline(&self) -> Option<&InstancePool> {
+    /// ([`Inline::run_now`]) with nothing in front of them.
+    pub fn inline(&self) -> Option<&Inline> {
         match self {
-            Scheduler::Default(pool) if pool.runs_inline() => Some(pool),
+            Scheduler::Default(pool) => pool.inline(),
             _ => None,
         }
     }
