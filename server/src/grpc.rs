@@ -3,6 +3,7 @@
 
 pub mod budget;
 pub mod convert;
+mod model_infer;
 pub mod restricted;
 mod settings;
 pub mod status;
@@ -27,6 +28,7 @@ use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
 
 use self::budget::{BudgetLayer, take_reservation};
+use self::model_infer::ModelInferLayer;
 use self::restricted::RestrictLayer;
 use self::status::to_status;
 use crate::in_flight::{InFlight, InFlightLayer};
@@ -75,7 +77,9 @@ pub async fn serve(
     })
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size);
-    let health = HealthServer::new(HealthService { server });
+    let health = HealthServer::new(HealthService {
+        server: Arc::clone(&server),
+    });
     // gRPC is HTTP/2 only: a connection that did not open with its preface
     // is closed here. (The acceptor set TCP_NODELAY: Nagle's algorithm
     // would hold small responses back by up to 40 ms.)
@@ -92,6 +96,8 @@ pub async fn serve(
         // Refused calls cost nothing further: checked before the body is read.
         .layer(RestrictLayer::new(options.restricted))
         .layer(BudgetLayer::new(options.budget, options.body_timeout))
+        // Innermost: ModelInfer answered here, every other call routed by tonic.
+        .layer(ModelInferLayer::new(Arc::clone(&server), options.max_message_size))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, shutdown)
@@ -99,6 +105,24 @@ pub async fn serve(
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;
+
+/// ModelInfer: one request, one response.
+async fn infer(server: &InferenceServer, request: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
+    let reservation = take_reservation(request.extensions());
+    let trace_parent = trace_parent(request.metadata());
+    let mut request = convert::request(request.into_inner()).map_err(to_status)?;
+    request.reservation = reservation;
+    request.trace_parent = trace_parent;
+    let response = server.infer(request).await.map_err(to_status)?;
+    let queue_depth = response.queue_depth;
+    let mut reply = Response::new(convert::response(response));
+    if let Some(depth) = queue_depth {
+        reply
+            .metadata_mut()
+            .insert(nereid_proto::QUEUE_DEPTH_HEADER, MetadataValue::from(depth));
+    }
+    Ok(reply)
+}
 
 fn unimplemented<T>(what: &str) -> GrpcResult<T> {
     Err(Status::unimplemented(format!("{what} is not supported by this server")))
@@ -156,21 +180,10 @@ impl GrpcInferenceService for InferenceService {
         }))
     }
 
+    /// Reached only for what [`model_infer::ModelInferService`] hands on
+    /// (compressed calls); the same handler either way.
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> GrpcResult<ModelInferResponse> {
-        let reservation = take_reservation(request.extensions());
-        let trace_parent = trace_parent(request.metadata());
-        let mut request = convert::request(request.into_inner()).map_err(to_status)?;
-        request.reservation = reservation;
-        request.trace_parent = trace_parent;
-        let response = self.server.infer(request).await.map_err(to_status)?;
-        let queue_depth = response.queue_depth;
-        let mut reply = Response::new(convert::response(response));
-        if let Some(depth) = queue_depth {
-            reply
-                .metadata_mut()
-                .insert(nereid_proto::QUEUE_DEPTH_HEADER, MetadataValue::from(depth));
-        }
-        Ok(reply)
+        infer(&self.server, request).await
     }
 
     type ModelStreamInferStream = Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;

@@ -401,6 +401,102 @@ async fn every_infer_path_is_one_route() {
     assert!(server.terminate().success());
 }
 
+/// Sends one gRPC call over a bare HTTP/2 connection, framed by hand, and
+/// returns its status code and message (from the trailers, or from the
+/// headers of a trailers-only answer).
+async fn raw_grpc_call(url: &str, path: &str, extra: &[(&str, &str)], body: Vec<u8>) -> (String, String) {
+    let address = url.trim_start_matches("http://");
+    let tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut client = client.ready().await.unwrap();
+    let mut request = http::Request::post(format!("http://{address}{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let (response, mut send) = client.send_request(request.body(()).unwrap(), false).unwrap();
+    send.send_data(body.into(), true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let (parts, mut body) = response.into_parts();
+    let status_of = |headers: &http::HeaderMap| {
+        let get = |name: &str| {
+            headers
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default()
+        };
+        (get("grpc-status"), get("grpc-message"))
+    };
+    if parts.headers.contains_key("grpc-status") {
+        return status_of(&parts.headers);
+    }
+    while let Some(data) = body.data().await {
+        data.unwrap();
+    }
+    status_of(&body.trailers().await.unwrap().expect("trailers"))
+}
+
+/// ModelInfer has its own path past tonic's router: it must answer as
+/// tonic would, and leave what it does not handle (compressed messages) to
+/// tonic.
+#[tokio::test]
+async fn grpc_model_infer_answers_as_tonic_does() {
+    let server = TestServer::start(&repo_root().join("examples/models"), &[]);
+    let mut grpc = GrpcInferenceServiceClient::connect(server.grpc.clone()).await.unwrap();
+    let values: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let request = ModelInferRequest {
+        model_name: "identity".into(),
+        id: "fast-1".into(),
+        inputs: vec![InferInputTensor {
+            name: "INPUT0".into(),
+            datatype: "FP32".into(),
+            shape: vec![1, 2],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![values.clone().into()],
+        ..Default::default()
+    };
+    let response = grpc.model_infer(request.clone()).await.unwrap();
+    // The load signal nereid-gateway balances on rides in the headers.
+    assert_eq!(response.metadata().get(nereid_proto::QUEUE_DEPTH_HEADER).unwrap(), "0");
+    let response = response.into_inner();
+    assert_eq!(
+        (response.id.as_str(), response.model_name.as_str()),
+        ("fast-1", "identity")
+    );
+    assert_eq!(response.outputs[0].shape, vec![1, 2]);
+    assert_eq!(&response.raw_output_contents[0][..], &values[..]);
+
+    use prost::Message as _;
+    let framed = |flag: u8, message: &[u8]| {
+        let mut out = vec![flag];
+        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        out
+    };
+    let path = "/inference.GRPCInferenceService/ModelInfer";
+    let good = framed(0, &request.encode_to_vec());
+    assert_eq!(raw_grpc_call(&server.grpc, path, &[], good.clone()).await.0, "0");
+    // A message that is not a ModelInferRequest: INTERNAL, as tonic's decoder says.
+    let (code, message) = raw_grpc_call(&server.grpc, path, &[], framed(0, &[0xff; 7])).await;
+    assert_eq!(code, "13", "{message}");
+    // No message at all (grpc-message is percent-encoded on the wire).
+    let (code, message) = raw_grpc_call(&server.grpc, path, &[], Vec::new()).await;
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("13", "Missing%20request%20message.")
+    );
+    // A compressed call goes to tonic, which takes no compression here.
+    let (code, message) = raw_grpc_call(&server.grpc, path, &[("grpc-encoding", "gzip")], framed(1, b"x")).await;
+    assert_eq!(code, "12", "{message}");
+    // The server still answers.
+    assert_eq!(raw_grpc_call(&server.grpc, path, &[], good).await.0, "0");
+    assert!(server.terminate().success());
+}
+
 #[tokio::test]
 async fn config_patches_merge_over_the_folder_config() {
     let repo = scratch("config-patch");
