@@ -7,12 +7,12 @@
 //! from the HTTP/2 frame it came in (no copy into a decode buffer when it
 //! fits one frame), and the answer is one buffer written once, followed by
 //! the `grpc-status` trailers. tonic's generic unary path (its router,
-//! streaming decoder, encoder body and four nested body adapters) cost about
-//! 20 of the 75 heap allocations of an identity call and a tenth of its CPU
-//! (docs/benchmarks.md, section 11). Every other call, and a ModelInfer whose
-//! message is compressed (`grpc-encoding`), goes to tonic as before, so the
-//! two paths answer the same: the handler is shared, and the framing errors
-//! below carry tonic's codes and words.
+//! streaming decoder, encoder body and four nested body adapters) cost 17
+//! of the 71 heap allocations of an identity call and a tenth to a quarter
+//! of its CPU (docs/benchmarks.md, section 11). Every other call, and a
+//! ModelInfer whose message is compressed (`grpc-encoding`), goes to tonic
+//! as before, so the two paths answer the same: the handler is shared, and
+//! the framing errors below carry tonic's codes and words.
 
 use std::convert::Infallible;
 use std::future::Future;
