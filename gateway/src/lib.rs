@@ -28,7 +28,7 @@
 //!   ModelEnsembles and EndpointSlices.
 //! - [`forward`]: sending a request to a pod, retries when a pod cannot be
 //!   reached; [`pool`]: one HTTP/2 connection per pod, driven through `h2`
-//!   ([`h2_body`] says why), over [`corked`] sockets (one write per turn);
+//!   ([`h2_body`] says why), over corked sockets (`nereid_cork`: one write per turn);
 //!   [`request_body`] and [`reply_body`]: bodies
 //!   passed through without copying.
 //! - [`grpc_front`] (with [`grpc_answer`] and [`grpc_reply`]), [`http_front`],
@@ -37,7 +37,6 @@
 
 pub mod admin_front;
 pub mod args;
-pub mod corked;
 pub mod discovery;
 pub mod forward;
 pub mod grpc_answer;

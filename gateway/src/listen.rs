@@ -19,7 +19,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::corked;
 use crate::grpc_front;
 use crate::reply_body::Reply;
 use crate::state::Gateway;
@@ -85,7 +84,7 @@ async fn grpc_connection(
     stop: CancellationToken,
     peer: std::net::SocketAddr,
 ) {
-    let (io, cork) = corked::cork(stream);
+    let (io, cork) = nereid_cork::cork(stream);
     let handshake = h2::server::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)

@@ -25,7 +25,6 @@ use parking_lot::Mutex;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
-use crate::corked;
 use crate::h2_body::H2Body;
 use crate::listen::{CONNECTION_WINDOW, STREAM_WINDOW};
 
@@ -120,7 +119,7 @@ impl Pool {
             .map_err(|_| format!("connecting to {address} timed out after {:?}", self.connect_timeout))?
             .map_err(|e| format!("connecting to {address}: {e}"))?;
         let _ = stream.set_nodelay(true);
-        let (io, cork) = corked::cork(stream);
+        let (io, cork) = nereid_cork::cork(stream);
         let handshake = client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use nereid_server::http::HttpServeOptions;
 use nereid_server::logging::{LogFormat, LogSettings};
 use nereid_server::model_repository_manager::ControlMode;
 use nereid_server::restricted_api::RestrictionFlag;
 use nereid_server::transport::tls::ReloadingTls;
-use nereid_server::transport::{ConnectionLimits, TlsSettings};
+use nereid_server::transport::{ConnectionLimits, ServeOptions, TlsSettings};
 
 /// A Triton-compatible inference server.
 #[derive(Debug, Parser)]
@@ -256,11 +255,12 @@ impl HttpArgs {
     }
 
     /// The protocol limits of an HTTP port; `grpc` gives the HTTP/2 ones.
-    pub fn serve_options(&self, grpc: &GrpcArgs) -> HttpServeOptions {
-        HttpServeOptions {
-            header_read_timeout: Duration::from_secs(self.http_header_read_timeout_secs),
+    pub fn serve_options(&self, grpc: &GrpcArgs) -> ServeOptions {
+        ServeOptions {
+            http1_header_timeout: Some(Duration::from_secs(self.http_header_read_timeout_secs)),
             max_concurrent_streams: grpc.grpc_max_concurrent_streams,
             keepalive: Duration::from_millis(grpc.grpc_keepalive_time),
+            keepalive_timeout: Duration::from_millis(grpc.grpc_keepalive_timeout),
         }
     }
 

@@ -1,8 +1,10 @@
 //! The gRPC front end: Triton's `inference.GRPCInferenceService` and
-//! `grpc.health.v1.Health`, on tonic.
+//! `grpc.health.v1.Health`, on tonic's services and router, served by our
+//! own loop over hyper ([`transport::serve`]: corked HTTP/2 connections).
 
 pub mod budget;
 pub mod convert;
+mod deadline;
 mod model_infer;
 pub mod restricted;
 mod settings;
@@ -14,7 +16,9 @@ use std::pin::Pin;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
+use hyper::body::Incoming;
+use hyper_util::service::TowerToHyperService;
 use nereid_proto::health::v1::health_check_response::ServingStatus;
 use nereid_proto::health::v1::health_server::{Health, HealthServer};
 use nereid_proto::health::v1::{HealthCheckRequest, HealthCheckResponse};
@@ -24,10 +28,13 @@ use nereid_proto::inference::model_repository_parameter::ParameterChoice as Repo
 use nereid_proto::inference::repository_index_response::ModelIndex;
 use nereid_proto::inference::*;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::body::Body;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
+use tower::ServiceExt;
 
 use self::budget::{BudgetLayer, take_reservation};
+use self::deadline::DeadlineLayer;
 use self::model_infer::ModelInferLayer;
 use self::restricted::RestrictLayer;
 use self::status::to_status;
@@ -37,7 +44,7 @@ use crate::metrics::Metrics;
 use crate::request;
 use crate::restricted_api::RestrictedApis;
 use crate::server::InferenceServer;
-use crate::transport::Acceptor;
+use crate::transport::{self, Acceptor, ServeOptions};
 
 /// Settings of the gRPC front end.
 #[derive(Debug, Clone)]
@@ -71,7 +78,7 @@ pub async fn serve(
     options: GrpcOptions,
     in_flight: Arc<InFlight>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
+) -> std::io::Result<()> {
     let inference = GrpcInferenceServiceServer::new(InferenceService {
         server: Arc::clone(&server),
     })
@@ -80,28 +87,28 @@ pub async fn serve(
     let health = HealthServer::new(HealthService {
         server: Arc::clone(&server),
     });
-    // gRPC is HTTP/2 only: a connection that did not open with its preface
-    // is closed here. (The acceptor set TCP_NODELAY: Nagle's algorithm
-    // would hold small responses back by up to 40 ms.)
-    let incoming = acceptor
-        .into_stream()
-        .filter(|connection| futures::future::ready(connection.http2))
-        .map(Ok::<_, std::io::Error>);
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(options.max_concurrent_streams)
-        .http2_keepalive_interval(Some(options.keepalive_time))
-        .http2_keepalive_timeout(Some(options.keepalive_timeout))
+    let routes = tonic::service::Routes::new(inference).add_service(health).prepare();
+    let stack = tower::ServiceBuilder::new()
         // Outermost: a request counts until its response is fully sent.
         .layer(InFlightLayer::new(in_flight, options.metrics.in_flight("grpc")))
+        .layer(DeadlineLayer)
         // Refused calls cost nothing further: checked before the body is read.
         .layer(RestrictLayer::new(options.restricted))
         .layer(BudgetLayer::new(options.budget, options.body_timeout))
         // Innermost: ModelInfer answered here, every other call routed by tonic.
         .layer(ModelInferLayer::new(Arc::clone(&server), options.max_message_size))
-        .add_service(inference)
-        .add_service(health)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .service(routes)
+        .map_request(|request: http::Request<Incoming>| request.map(Body::new));
+    // gRPC is HTTP/2 only: a connection that did not open with its preface
+    // is closed. (The acceptor set TCP_NODELAY: Nagle's algorithm would hold
+    // small responses back by up to 40 ms.)
+    let serve_options = ServeOptions {
+        http1_header_timeout: None,
+        max_concurrent_streams: options.max_concurrent_streams,
+        keepalive: options.keepalive_time,
+        keepalive_timeout: options.keepalive_timeout,
+    };
+    transport::serve(acceptor, TowerToHyperService::new(stack), serve_options, shutdown).await
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;

@@ -11,7 +11,7 @@
 //! repository      index, load, unload         settings: logging and trace settings
 //! shared_memory   system shared memory regions: register, status, unregister
 //! body            reading a body within its limits   compression: gzip and deflate
-//! serve           the accept loop's connections into hyper   error: errors as responses
+//! error           errors as responses
 //! ```
 
 pub mod body;
@@ -24,7 +24,6 @@ pub mod json_tensor;
 mod port;
 mod repository;
 pub mod request_json;
-pub mod serve;
 mod settings;
 mod shared_memory;
 
@@ -49,7 +48,6 @@ use crate::server::{InferenceServer, TensorMetadata, VersionStatistics};
 use crate::statistics::StatDuration;
 
 pub use self::port::PortService;
-pub use self::serve::{HttpServeOptions, serve};
 
 /// Settings of the HTTP front end's handlers.
 #[derive(Debug, Clone)]

@@ -34,7 +34,7 @@ use nereid_server::restricted_api::RestrictedApis;
 use nereid_server::server::InferenceServer;
 use nereid_server::trace::{TraceConfig, Traces};
 use nereid_server::transport::tls::ReloadingTls;
-use nereid_server::transport::{Acceptor, ConnectionLimits};
+use nereid_server::transport::{self, Acceptor, ConnectionLimits};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -294,7 +294,7 @@ fn serve(
             max_connections: METRICS_CONNECTIONS,
             handshake_timeout,
         };
-        tokio::spawn(http::serve(
+        tokio::spawn(transport::serve(
             Acceptor::new("metrics", listener, limits, None),
             TowerToHyperService::new(endpoint::router(Arc::clone(metrics))),
             args.http.serve_options(&args.grpc),
@@ -323,7 +323,7 @@ fn serve(
         args.http.connection_limits(handshake_timeout),
         protection.http_tls,
     );
-    let http_task = tokio::spawn(http::serve(
+    let http_task = tokio::spawn(transport::serve(
         http_acceptor,
         service,
         args.http.serve_options(&args.grpc),
@@ -340,7 +340,7 @@ fn serve(
 /// The front ends' serving tasks.
 struct Serving {
     http: JoinHandle<std::io::Result<()>>,
-    grpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    grpc: JoinHandle<std::io::Result<()>>,
 }
 
 impl Serving {

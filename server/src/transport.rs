@@ -1,5 +1,6 @@
 //! Connections, before either protocol sees them: the accept loop, the
-//! connection cap, TLS, and the deadline for a client to say something.
+//! connection cap, TLS, the deadline for a client to say something, and
+//! the loop that hands them to hyper.
 //!
 //! Both front ends take their connections from an [`Acceptor`]:
 //!
@@ -18,11 +19,14 @@
 //! accept      cap, TCP_NODELAY, handshake deadline, TLS, preface
 //! preface     the first bytes, read under the deadline and replayed
 //! tls         rustls server config from PEM files, reloaded on change
+//! serve       hyper on each connection (HTTP/2 corked), graceful shutdown
 //! ```
 
 pub mod accept;
 pub mod preface;
+pub mod serve;
 pub mod tls;
 
 pub use accept::{Acceptor, Connection, ConnectionLimits};
+pub use serve::{ServeOptions, serve};
 pub use tls::TlsSettings;

@@ -497,6 +497,59 @@ async fn grpc_model_infer_answers_as_tonic_does() {
     assert!(server.terminate().success());
 }
 
+/// A call's `grpc-timeout` ends it where tonic's server would: CANCELLED,
+/// "Timeout expired", on ModelInfer's own path and tonic's alike.
+#[tokio::test]
+async fn grpc_calls_past_their_deadline_are_cancelled() {
+    let repo = scratch("deadline");
+    write_model(
+        &repo,
+        "slow",
+        r#"backend: "identity"
+           max_batch_size: 4
+           input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+           output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+           parameters { key: "execute_delay_ms" value: { string_value: "1000" } }"#,
+    );
+    let server = TestServer::start(&repo, &[]);
+    use prost::Message as _;
+    let request = ModelInferRequest {
+        model_name: "slow".into(),
+        inputs: vec![InferInputTensor {
+            name: "INPUT0".into(),
+            datatype: "FP32".into(),
+            shape: vec![1, 1],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![vec![0u8; 4].into()],
+        ..Default::default()
+    };
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(request.encoded_len() as u32).to_be_bytes());
+    request.encode(&mut framed).unwrap();
+    let infer = "/inference.GRPCInferenceService/ModelInfer";
+    let deadline = [("grpc-timeout", "100m")];
+    let (code, message) = raw_grpc_call(&server.grpc, infer, &deadline, framed.clone()).await;
+    assert_eq!((code.as_str(), message.as_str()), ("1", "Timeout%20expired"));
+    // A call answered within its deadline is unaffected (ServerLive: tonic's router).
+    let live = "/inference.GRPCInferenceService/ServerLive";
+    assert_eq!(raw_grpc_call(&server.grpc, live, &deadline, vec![0; 5]).await.0, "0");
+    // A deadline long enough, or a malformed one (ignored), lets the call finish.
+    assert_eq!(
+        raw_grpc_call(&server.grpc, infer, &[("grpc-timeout", "20S")], framed.clone())
+            .await
+            .0,
+        "0"
+    );
+    assert_eq!(
+        raw_grpc_call(&server.grpc, infer, &[("grpc-timeout", "soon")], framed)
+            .await
+            .0,
+        "0"
+    );
+    assert!(server.terminate().success());
+}
+
 #[tokio::test]
 async fn config_patches_merge_over_the_folder_config() {
     let repo = scratch("config-patch");

@@ -192,14 +192,3 @@ impl AsyncWrite for Connection {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
-
-impl tonic::transport::server::Connected for Connection {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        tonic::transport::server::TcpConnectInfo {
-            local_addr: self.local,
-            remote_addr: self.remote,
-        }
-    }
-}

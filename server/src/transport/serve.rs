@@ -1,13 +1,18 @@
-//! Serving a hyper service on accepted connections, HTTP/1.1 or HTTP/2:
-//! the HTTP port's ([`super::PortService`]) or the metrics port's router.
+//! Serving a hyper service on accepted connections, HTTP/1.1 or HTTP/2: the
+//! gRPC port's tower stack, the HTTP port's [`crate::http::PortService`],
+//! the metrics port's router.
 //!
-//! Our own loop over hyper rather than `axum::serve`, for the limits a
-//! production server needs and axum does not expose: HTTP/1.1's header read
-//! timeout (a client trickling its headers, or idling between requests, is
-//! disconnected), HTTP/2's stream cap and keep-alive, and connections from
-//! the shared [`Acceptor`] (connection cap, TLS, handshake deadline).
+//! Our own loop over hyper rather than `axum::serve` or tonic's server, for
+//! what a production server needs and they do not expose: HTTP/1.1's header
+//! read timeout (a client trickling its headers, or idling between
+//! requests, is disconnected), HTTP/2's stream cap and keep-alive,
+//! connections from the shared [`Acceptor`] (connection cap, TLS, handshake
+//! deadline), and corked HTTP/2 connections: h2 flushes after each DATA
+//! frame it writes, so without the cork a gRPC answer's trailers leave in a
+//! second write and wake the client a second time (docs/benchmarks.md §12).
 
 use std::future::Future;
+use std::pin::pin;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -17,10 +22,7 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 
-use crate::transport::Acceptor;
-
-/// How long an HTTP/2 client has to answer a keep-alive PING.
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+use super::Acceptor;
 
 /// HTTP/1.1 read buffer per connection (hyper's default is ~400 KiB). Body
 /// bytes are copied out of it at once, so a bigger buffer only saves a few
@@ -28,17 +30,20 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// outside the memory budget.
 pub const READ_BUFFER: usize = 64 << 10;
 
-/// Protocol limits of the HTTP port.
+/// Protocol limits of a port.
 #[derive(Debug, Clone, Copy)]
-pub struct HttpServeOptions {
-    /// For HTTP/1.1: the whole request head must arrive within this time,
-    /// which also closes a connection idle between requests for as long.
-    pub header_read_timeout: Duration,
+pub struct ServeOptions {
+    /// HTTP/1.1 is spoken, and the whole request head must arrive within
+    /// this time, which also closes a connection idle between requests for
+    /// as long. `None` on the gRPC port: a connection that did not open
+    /// with HTTP/2's preface is closed.
+    pub http1_header_timeout: Option<Duration>,
     /// For HTTP/2: streams one connection may have open at once.
     pub max_concurrent_streams: u32,
-    /// For HTTP/2: a PING after this much silence; no answer within
-    /// [`KEEPALIVE_TIMEOUT`] closes the connection.
+    /// For HTTP/2: a PING after this much silence...
     pub keepalive: Duration,
+    /// ...and no answer within this closes the connection.
+    pub keepalive_timeout: Duration,
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and lets the open
@@ -46,7 +51,7 @@ pub struct HttpServeOptions {
 pub async fn serve<S, B>(
     acceptor: Acceptor,
     service: S,
-    options: HttpServeOptions,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()>
 where
@@ -58,8 +63,8 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let graceful = GracefulShutdown::new();
-    let mut connections = std::pin::pin!(acceptor.into_stream());
-    let mut shutdown = std::pin::pin!(shutdown);
+    let mut connections = pin!(acceptor.into_stream());
+    let mut shutdown = pin!(shutdown);
     loop {
         let connection = tokio::select! {
             next = connections.next() => match next {
@@ -68,23 +73,23 @@ where
             },
             () = &mut shutdown => break,
         };
-        let http2 = connection.http2;
         let service = service.clone();
-        let io = TokioIo::new(connection);
-        if http2 {
+        if connection.http2 {
+            let (io, cork) = nereid_cork::cork(connection);
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_concurrent_streams(options.max_concurrent_streams)
                 .keep_alive_interval(Some(options.keepalive))
-                .keep_alive_timeout(KEEPALIVE_TIMEOUT)
-                .serve_connection(io, service);
-            tokio::spawn(graceful.watch(conn));
-        } else {
+                .keep_alive_timeout(options.keepalive_timeout)
+                .serve_connection(TokioIo::new(io), service);
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move { cork.drive(&mut pin!(conn)).await });
+        } else if let Some(header_timeout) = options.http1_header_timeout {
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .max_buf_size(READ_BUFFER)
-                .header_read_timeout(options.header_read_timeout)
-                .serve_connection(io, service);
+                .header_read_timeout(header_timeout)
+                .serve_connection(TokioIo::new(connection), service);
             tokio::spawn(graceful.watch(conn));
         }
     }

@@ -1,15 +1,21 @@
-//! A TCP socket whose small writes wait until the HTTP/2 connection driving
+//! A byte stream whose small writes wait until the HTTP/2 connection driving
 //! it has done everything it can in one turn, then leave in one write.
 //!
 //! h2 writes a DATA frame's payload straight from its buffer (vectored, not
 //! copied) and flushes before it encodes the next frame, so a gRPC answer,
 //! HEADERS + DATA + trailers, takes two writes however it was queued. Each
 //! write to a socket is a system call here and a segment and a wake-up on
-//! the other side; a proxy hop pays that twice per request. Corked, h2's
-//! writes are gathered (copied: what is held is small) and the driver
-//! sends them when h2's poll returns ([`Cork::drive`]). A write of
-//! [`LIMIT`] or more, with nothing held, goes straight to the socket, so a
-//! large tensor is never copied.
+//! the other side. Corked, h2's writes are gathered (copied: what is held
+//! is small) and the driver sends them when the connection's poll returns
+//! ([`Cork::drive`]). A write of [`LIMIT`] or more, with nothing held, goes
+//! straight to the stream, so a large tensor is never copied.
+//!
+//! Both halves live on the connection's task (h2's stream handles on other
+//! tasks never touch the socket), so the lock around the stream is never
+//! contended; it is there because the driver and h2 both hold the stream.
+//!
+//! Used by the gateway on both sides of its hop and by nereid-server on
+//! every HTTP/2 connection it serves.
 
 use std::future::{Future, poll_fn};
 use std::io::{self, IoSlice};
@@ -20,60 +26,56 @@ use std::task::{Context, Poll, ready};
 use bytes::{Buf, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 /// What is held before writing anyway, and the size of a write that is
 /// never held.
 pub const LIMIT: usize = 64 << 10;
 
-struct Shared {
-    writer: Mutex<OwnedWriteHalf>,
-    held: Mutex<BytesMut>,
+struct State<T> {
+    io: T,
+    held: BytesMut,
     /// Why an uncorking write failed: the next read or write says it to h2.
-    broken: Mutex<Option<io::Error>>,
+    broken: Option<io::Error>,
 }
 
-/// The socket, for h2 to read and write.
-pub struct Corked {
-    reader: OwnedReadHalf,
-    shared: Arc<Shared>,
+/// The stream, for h2 (or hyper) to read and write.
+pub struct Corked<T> {
+    state: Arc<Mutex<State<T>>>,
 }
 
 /// The handle the connection's driver sends the held writes with.
-pub struct Cork(Arc<Shared>);
+pub struct Cork<T>(Arc<Mutex<State<T>>>);
 
-/// A socket split into the two.
-pub fn cork(stream: TcpStream) -> (Corked, Cork) {
-    let (reader, writer) = stream.into_split();
-    let shared = Arc::new(Shared {
-        writer: Mutex::new(writer),
-        held: Mutex::new(BytesMut::with_capacity(16 << 10)),
-        broken: Mutex::new(None),
-    });
-    let corked = Corked {
-        reader,
-        shared: Arc::clone(&shared),
-    };
-    (corked, Cork(shared))
+/// A stream split into the two.
+pub fn cork<T>(io: T) -> (Corked<T>, Cork<T>) {
+    let state = Arc::new(Mutex::new(State {
+        io,
+        held: BytesMut::with_capacity(16 << 10),
+        broken: None,
+    }));
+    (
+        Corked {
+            state: Arc::clone(&state),
+        },
+        Cork(state),
+    )
 }
 
-impl Shared {
-    /// Writes out everything held.
-    fn poll_drain(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut held = self.held.lock();
-        let mut writer = self.writer.lock();
-        while !held.is_empty() {
-            match ready!(Pin::new(&mut *writer).poll_write(cx, &held))? {
+impl<T: AsyncWrite + Unpin> State<T> {
+    /// Writes out everything held, then flushes the stream (a TLS stream
+    /// may keep records it could not write yet until it is flushed).
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.held.is_empty() {
+            match ready!(Pin::new(&mut self.io).poll_write(cx, &self.held))? {
                 0 => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
-                written => held.advance(written),
+                written => self.held.advance(written),
             }
         }
-        Poll::Ready(Ok(()))
+        Pin::new(&mut self.io).poll_flush(cx)
     }
 
-    fn take_broken(&self) -> io::Result<()> {
-        match self.broken.lock().take() {
+    fn take_broken(&mut self) -> io::Result<()> {
+        match self.broken.take() {
             Some(error) => Err(error),
             None => Ok(()),
         }
@@ -81,32 +83,32 @@ impl Shared {
 
     /// Holds `bufs` (returning their length), or, when they are large and
     /// nothing is held, writes them straight out.
-    fn poll_write(&self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
+    fn poll_write(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         self.take_broken()?;
         let length: usize = bufs.iter().map(|b| b.len()).sum();
-        if self.held.lock().len() + length > LIMIT {
+        if self.held.len() + length > LIMIT {
             ready!(self.poll_drain(cx))?;
         }
         if length >= LIMIT {
-            return Pin::new(&mut *self.writer.lock()).poll_write_vectored(cx, bufs);
+            return Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         }
-        let mut held = self.held.lock();
         for buf in bufs {
-            held.extend_from_slice(buf);
+            self.held.extend_from_slice(buf);
         }
         Poll::Ready(Ok(length))
     }
 }
 
-impl Cork {
-    /// Polls `future` (the h2 connection, or its handshake) and, each time
-    /// it returns, writes out what it queued.
+impl<T: AsyncWrite + Unpin> Cork<T> {
+    /// Polls `future` (the HTTP/2 connection, or its handshake) and, each
+    /// time it returns, writes out what it queued.
     pub async fn drive<F: Future + Unpin>(&self, future: &mut F) -> F::Output {
         poll_fn(|cx| {
             let polled = Pin::new(&mut *future).poll(cx);
-            if let Poll::Ready(Err(error)) = self.0.poll_drain(cx) {
+            let mut state = self.0.lock();
+            if let Poll::Ready(Err(error)) = state.poll_drain(cx) {
                 // h2 hears of it on its next read or write, now.
-                *self.0.broken.lock() = Some(error);
+                state.broken = Some(error);
                 cx.waker().wake_by_ref();
             }
             polled
@@ -115,17 +117,17 @@ impl Cork {
     }
 }
 
-impl AsyncRead for Corked {
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Corked<T> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        this.shared.take_broken()?;
-        Pin::new(&mut this.reader).poll_read(cx, buf)
+        let mut state = self.state.lock();
+        state.take_broken()?;
+        Pin::new(&mut state.io).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for Corked {
+impl<T: AsyncWrite + Unpin> AsyncWrite for Corked<T> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.shared.poll_write(cx, &[IoSlice::new(buf)])
+        self.state.lock().poll_write(cx, &[IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -133,7 +135,7 @@ impl AsyncWrite for Corked {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.shared.poll_write(cx, bufs)
+        self.state.lock().poll_write(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -142,11 +144,13 @@ impl AsyncWrite for Corked {
 
     /// Holds on: [`Cork::drive`] writes once the connection's turn is over.
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.shared.take_broken())
+        Poll::Ready(self.state.lock().take_broken())
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.shared.poll_drain(cx)
+        let mut state = self.state.lock();
+        ready!(state.poll_drain(cx))?;
+        Pin::new(&mut state.io).poll_shutdown(cx)
     }
 }
 
@@ -154,7 +158,7 @@ impl AsyncWrite for Corked {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     async fn pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -192,5 +196,16 @@ mod tests {
         theirs.write_all(b"answer").await.unwrap();
         let read = corked.read(&mut buf).await.unwrap();
         assert_eq!(&buf[..read], b"answer");
+    }
+
+    #[tokio::test]
+    async fn shutdown_sends_what_is_held_first() {
+        let (ours, mut theirs) = pair().await;
+        let (mut corked, _cork) = cork(ours);
+        corked.write_all(b"goaway").await.unwrap();
+        corked.shutdown().await.unwrap();
+        let mut received = Vec::new();
+        theirs.read_to_end(&mut received).await.unwrap();
+        assert_eq!(received, b"goaway");
     }
 }
