@@ -307,18 +307,23 @@ async fn model_without_config_is_completed_from_the_onnx_file() {
     assert!(server.terminate().success());
 }
 
-#[tokio::test]
-async fn sigterm_lets_in_flight_requests_finish() {
-    let repo = scratch("shutdown");
-    write_model(
-        &repo,
-        "slow",
+/// A repository holding `slow`: identity that takes `delay_ms` per execution.
+fn slow_identity_repo(tag: &str, delay_ms: u64) -> std::path::PathBuf {
+    let repo = scratch(tag);
+    let config = format!(
         r#"backend: "identity"
            max_batch_size: 4
-           input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-           output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-           parameters { key: "execute_delay_ms" value: { string_value: "1500" } }"#,
+           input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+           output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+           parameters {{ key: "execute_delay_ms" value: {{ string_value: "{delay_ms}" }} }}"#
     );
+    write_model(&repo, "slow", &config);
+    repo
+}
+
+#[tokio::test]
+async fn sigterm_lets_in_flight_requests_finish() {
+    let repo = slow_identity_repo("shutdown", 1500);
     let server = TestServer::start(&repo, &[]);
     let url = format!("{}/v2/models/slow/infer", server.http);
     let body = json!({"inputs": [{"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1.5, -2.0]}]});
@@ -498,19 +503,11 @@ async fn grpc_model_infer_answers_as_tonic_does() {
 }
 
 /// A call's `grpc-timeout` ends it where tonic's server would: CANCELLED,
-/// "Timeout expired", on ModelInfer's own path and tonic's alike.
+/// "Timeout expired"; a call answered in time, or with a malformed
+/// deadline, is unaffected.
 #[tokio::test]
 async fn grpc_calls_past_their_deadline_are_cancelled() {
-    let repo = scratch("deadline");
-    write_model(
-        &repo,
-        "slow",
-        r#"backend: "identity"
-           max_batch_size: 4
-           input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-           output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-           parameters { key: "execute_delay_ms" value: { string_value: "1000" } }"#,
-    );
+    let repo = slow_identity_repo("deadline", 1000);
     let server = TestServer::start(&repo, &[]);
     use prost::Message as _;
     let request = ModelInferRequest {
