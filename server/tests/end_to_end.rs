@@ -331,7 +331,25 @@ async fn sigterm_lets_in_flight_requests_finish() {
     // Let the request reach the instance, then ask the server to stop.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let http = server.http.clone();
-    let status = tokio::task::spawn_blocking(move || server.terminate()).await.unwrap();
+    let ports = [&server.http, &server.grpc].map(|url| url.trim_start_matches("http://").to_string());
+    let stopping = tokio::task::spawn_blocking(move || server.terminate());
+    // While it drains, both ports refuse new connections: a client (or
+    // nereid-gateway) goes elsewhere at once instead of sending a request
+    // into the listen backlog, where the exit would reset it.
+    for port in &ports {
+        while tokio::net::TcpStream::connect(port).await.is_ok() {
+            assert!(
+                !request.is_finished(),
+                "{port} still took connections while the last request drained"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    assert!(
+        !request.is_finished(),
+        "the ports closed before the in-flight request was answered"
+    );
+    let status = stopping.await.unwrap();
     assert!(status.success(), "{status:?}");
     let response = request.await.unwrap().expect("the in-flight request got its answer");
     assert_eq!(response.status(), 200);

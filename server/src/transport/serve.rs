@@ -63,7 +63,11 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let graceful = GracefulShutdown::new();
-    let mut connections = pin!(acceptor.into_stream());
+    // Boxed so that it can be dropped before the drain: that ends the
+    // accept loop and closes the listener, so a client that connects now
+    // is refused at once and may go elsewhere, instead of sending its
+    // requests into the kernel's backlog for the exit to reset.
+    let mut connections = Box::pin(acceptor.into_stream());
     let mut shutdown = pin!(shutdown);
     loop {
         let connection = tokio::select! {
@@ -93,6 +97,7 @@ where
             tokio::spawn(graceful.watch(conn));
         }
     }
+    drop(connections);
     graceful.shutdown().await;
     Ok(())
 }
