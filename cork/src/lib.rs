@@ -10,6 +10,12 @@
 //! ([`Cork::drive`]). A write of [`LIMIT`] or more, with nothing held, goes
 //! straight to the stream, so a large tensor is never copied.
 //!
+//! The one flush that is honoured at once is the first: h2 flushes its
+//! connection preface (SETTINGS) before it reads the peer's, so a server's
+//! preface is on the wire before it has read any request. A client that
+//! has heard nothing on a connection therefore knows that the server ran
+//! nothing from it (nereid-gateway retries those requests elsewhere).
+//!
 //! Both halves live on the connection's task (h2's stream handles on other
 //! tasks never touch the socket), so the lock around the stream is never
 //! contended; it is there because the driver and h2 both hold the stream.
@@ -36,6 +42,8 @@ struct State<T> {
     held: BytesMut,
     /// Why an uncorking write failed: the next read or write says it to h2.
     broken: Option<io::Error>,
+    /// Whether the stream was flushed once (the preface went out).
+    flushed: bool,
 }
 
 /// The stream, for h2 (or hyper) to read and write.
@@ -52,6 +60,7 @@ pub fn cork<T>(io: T) -> (Corked<T>, Cork<T>) {
         io,
         held: BytesMut::with_capacity(16 << 10),
         broken: None,
+        flushed: false,
     }));
     (
         Corked {
@@ -143,8 +152,15 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Corked<T> {
     }
 
     /// Holds on: [`Cork::drive`] writes once the connection's turn is over.
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(self.state.lock().take_broken())
+    /// The first flush (the preface's) goes out at once.
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut state = self.state.lock();
+        state.take_broken()?;
+        if !state.flushed {
+            ready!(state.poll_drain(cx))?;
+            state.flushed = true;
+        }
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -171,10 +187,16 @@ mod tests {
     async fn small_writes_wait_for_the_driver_and_large_ones_do_not() {
         let (ours, mut theirs) = pair().await;
         let (mut corked, cork) = cork(ours);
+        // The first flush is the preface's: it goes out at once.
+        corked.write_all(b"preface").await.unwrap();
+        corked.flush().await.unwrap();
+        let mut buf = [0u8; 64];
+        let read = theirs.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..read], b"preface");
+
         corked.write_all(b"headers ").await.unwrap();
         corked.write_all(b"and data").await.unwrap();
         corked.flush().await.unwrap();
-        let mut buf = [0u8; 64];
         let early = tokio::time::timeout(std::time::Duration::from_millis(50), theirs.read(&mut buf)).await;
         assert!(early.is_err(), "nothing is sent before the driver's turn ends");
 

@@ -9,6 +9,11 @@
 //! request that was sent never goes anywhere else. And a request queued on
 //! its stream whole, headers and body from one task, leaves in one write
 //! (see [`crate::h2_body`]).
+//!
+//! A connection that broke before the pod said anything on it carried no
+//! request the pod ran ([`heard`] says why), so its failures are refusals.
+
+mod heard;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,6 +30,7 @@ use parking_lot::Mutex;
 use thiserror::Error;
 use tokio::net::TcpStream;
 
+use self::heard::Heard;
 use crate::h2_body::H2Body;
 use crate::listen::{CONNECTION_WINDOW, STREAM_WINDOW};
 
@@ -40,8 +46,9 @@ pub enum SendError {
     #[error("{0}")]
     NotSent(String),
     /// The request was sent, and the pod declared it unprocessed: a stream
-    /// above its GOAWAY's last stream, or one it refused (REFUSED_STREAM).
-    /// A whole body may still go elsewhere.
+    /// above its GOAWAY's last stream, one it refused (REFUSED_STREAM), or
+    /// one on a connection that broke before the pod said anything. A whole
+    /// body may still go elsewhere.
     #[error("{0}")]
     Refused(String),
     /// The request was sent (or may have been), then the exchange failed.
@@ -49,11 +56,20 @@ pub enum SendError {
     Failed(String),
 }
 
-/// A connection's handle, and whether its connection has ended.
+/// A connection's handle, whether its connection has ended, and whether
+/// the pod has said anything on it.
 #[derive(Clone)]
 struct Connection {
     sender: SendRequest<Bytes>,
     closed: Arc<AtomicBool>,
+    heard: Arc<AtomicBool>,
+}
+
+/// A sent request's answer to come.
+pub struct Pending {
+    response: ResponseFuture,
+    /// Its connection's [`Connection::heard`].
+    heard: Arc<AtomicBool>,
 }
 
 pub struct Pool {
@@ -79,24 +95,26 @@ impl Pool {
         address: SocketAddr,
         request: Request<()>,
         end_of_stream: bool,
-    ) -> Result<(ResponseFuture, SendStream<Bytes>), SendError> {
-        let sender = self.sender(address).await.map_err(SendError::NotSent)?;
+    ) -> Result<(Pending, SendStream<Bytes>), SendError> {
+        let Connection { sender, heard, .. } = self.connection(address).await.map_err(SendError::NotSent)?;
         let opened = match sender.ready().await {
             Ok(mut sender) => sender.send_request(request, end_of_stream),
             Err(error) => Err(error),
         };
-        opened.map_err(|error| {
-            // A connection that opens no stream is closing: the next
-            // request makes a new one.
-            self.forget(address);
-            SendError::NotSent(format!("{address}: {}", error_chain(&error)))
-        })
+        opened
+            .map(|(response, send)| (Pending { response, heard }, send))
+            .map_err(|error| {
+                // A connection that opens no stream is closing: the next
+                // request makes a new one.
+                self.forget(address);
+                SendError::NotSent(format!("{address}: {}", error_chain(&error)))
+            })
     }
 
     /// The connection to `address`, made if there is none open.
-    async fn sender(&self, address: SocketAddr) -> Result<SendRequest<Bytes>, String> {
-        if let Some(sender) = self.open_connection(address) {
-            return Ok(sender);
+    async fn connection(&self, address: SocketAddr) -> Result<Connection, String> {
+        if let Some(connection) = self.open_connection(address) {
+            return Ok(connection);
         }
         let lock = {
             let mut connecting = self.connecting.lock();
@@ -111,14 +129,16 @@ impl Pool {
         };
         let _connecting = lock.lock().await;
         // Another request may have connected while this one waited.
-        if let Some(sender) = self.open_connection(address) {
-            return Ok(sender);
+        if let Some(connection) = self.open_connection(address) {
+            return Ok(connection);
         }
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(address))
             .await
             .map_err(|_| format!("connecting to {address} timed out after {:?}", self.connect_timeout))?
             .map_err(|e| format!("connecting to {address}: {e}"))?;
         let _ = stream.set_nodelay(true);
+        let stream = Heard::new(stream);
+        let heard = stream.flag();
         let (io, cork) = nereid_cork::cork(stream);
         let handshake = client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
@@ -153,18 +173,15 @@ impl Pool {
             }
             ended.store(true, Ordering::Release);
         });
-        let handle = Connection {
-            sender: sender.clone(),
-            closed,
-        };
-        self.connections.lock().insert(address, handle);
-        Ok(sender)
+        let connection = Connection { sender, closed, heard };
+        self.connections.lock().insert(address, connection.clone());
+        Ok(connection)
     }
 
-    fn open_connection(&self, address: SocketAddr) -> Option<SendRequest<Bytes>> {
+    fn open_connection(&self, address: SocketAddr) -> Option<Connection> {
         let mut connections = self.connections.lock();
         match connections.get(&address) {
-            Some(connection) if !connection.closed.load(Ordering::Acquire) => Some(connection.sender.clone()),
+            Some(connection) if !connection.closed.load(Ordering::Acquire) => Some(connection.clone()),
             Some(_) => {
                 connections.remove(&address);
                 None
@@ -184,10 +201,14 @@ impl Pool {
 
 /// The pod's answer to a stream opened with [`Pool::open`], or how the
 /// exchange failed.
-pub async fn answer(response: ResponseFuture) -> Result<Response<H2Body>, SendError> {
-    match response.await {
+pub async fn answer(pending: Pending) -> Result<Response<H2Body>, SendError> {
+    match pending.response.await {
         Ok(response) => Ok(response.map(H2Body::new)),
         Err(error) if unprocessed(&error) => Err(SendError::Refused(error_chain(&error))),
+        Err(error) if !pending.heard.load(Ordering::Acquire) => Err(SendError::Refused(format!(
+            "{}, before the pod said anything on the connection",
+            error_chain(&error)
+        ))),
         Err(error) => Err(SendError::Failed(error_chain(&error))),
     }
 }

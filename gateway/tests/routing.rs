@@ -168,6 +168,45 @@ async fn a_pod_going_away_under_load_fails_no_request() {
     );
 }
 
+/// A pod that takes connections and resets them unread, saying nothing (as
+/// one does that exits with connections still in its listen backlog), ran
+/// none of their requests: they go to the other pod, and none fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_the_pod_never_spoke_on_is_retried_elsewhere() {
+    use tokio::io::AsyncReadExt;
+
+    let pod = Pod::start("unheard", 0);
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_address = silent.local_addr().unwrap();
+    let taken = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&taken);
+    // Ends with the test's runtime.
+    tokio::spawn(async move {
+        while let Ok((mut connection, _)) = silent.accept().await {
+            // One byte of the gateway's preface read, the rest left unread:
+            // closing now resets the connection.
+            let mut first = [0u8; 1];
+            let _ = connection.read(&mut first).await;
+            counted.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let endpoints = [
+        pod.endpoint("identity"),
+        format!("identity={silent_address},{silent_address}"),
+    ];
+    // Round robin, so the silent pod is tried whatever its load looks like.
+    let gateway = Gateway::start(&endpoints, &["--picker", "round-robin"]);
+    let errors = load(gateway.grpc_client().await, 20, 1, None).await;
+    assert!(errors.is_empty(), "{} failed: {errors:?}", errors.len());
+    assert!(taken.load(Ordering::Relaxed) > 0, "the silent pod was tried");
+    assert_eq!(pod.inferences().await, 20);
+    let metrics = gateway.metrics().await;
+    assert!(
+        metrics.contains("nereid_gateway_retries_total{model=\"default/identity\"}"),
+        "{metrics}"
+    );
+}
+
 /// SIGTERM (a rollout or a scale-down of the gateway): it turns unready,
 /// still serves what comes during its drain delay, and exits only after
 /// every request it took has been answered.
