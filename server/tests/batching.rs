@@ -49,8 +49,9 @@ async fn wait_for_gauge(server: &TestServer, gauge: &str, model: &str, expected:
     let url = format!("{}/metrics", server.metrics.as_deref().expect("metrics are served"));
     let series = format!("{gauge}{{model=\"{model}\",version=\"1\"}} ");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let client = reqwest::Client::new();
     loop {
-        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        let text = client.get(&url).send().await.unwrap().text().await.unwrap();
         let value = text
             .lines()
             .find_map(|line| line.strip_prefix(series.as_str()))
@@ -117,7 +118,9 @@ async fn higher_priority_requests_are_served_first() {
     write_model(
         &repo,
         "prio",
-        &identity("prio", 1, 400, "priority_levels: 2 default_priority_level: 2"),
+        // The first execution must outlast four requests' arrival, each
+        // waited for through /metrics: seconds on a loaded CI machine.
+        &identity("prio", 1, 1500, "priority_levels: 2 default_priority_level: 2"),
     );
     let server = TestServer::start(&repo, &[]);
     let url = format!("{}/v2/models/prio/infer", server.http);
@@ -173,7 +176,7 @@ async fn queue_timeouts_and_limits_are_honoured() {
     write_model(
         &repo,
         "bounded",
-        &identity("bounded", 1, 300, "default_queue_policy { max_queue_size: 2 }"),
+        &identity("bounded", 1, 1500, "default_queue_policy { max_queue_size: 2 }"),
     );
     write_model(
         &repo,
