@@ -7,7 +7,8 @@
 //! owns the [`queue::Queue`], applies timeouts, asks the pure
 //! [`policy::decide`] what to send, and sends a batch only when an instance
 //! has said it is idle, so requests keep gathering while every instance is
-//! busy.
+//! busy. An instance says so with its finished job's answers, which the
+//! actor sends ([`Finished`]).
 
 pub mod policy;
 pub mod queue;
@@ -22,7 +23,7 @@ use self::policy::{BatchPolicy, Decision};
 use self::queue::{Entry, LevelPolicy, Queue, TimeoutAction};
 use crate::batch::BatchKey;
 use crate::error::{Error, Result};
-use crate::instance_pool::{InstancePool, Job};
+use crate::instance_pool::{Finished, InstancePool, Job};
 use crate::parameter::Parameters;
 use crate::scheduler::Pending;
 use crate::scheduler::ordering::Reorderer;
@@ -142,14 +143,15 @@ pub struct DynamicBatchScheduler {
 }
 
 impl DynamicBatchScheduler {
-    /// Starts the actor for a pool whose instances report idleness on `idle`.
+    /// Starts the actor for a pool whose instances report idleness on `idle`,
+    /// with the answers of the job they finished, which the actor sends.
     /// `instances` is how many are idle at the start.
     pub fn start(
         model: &str,
         config: BatcherConfig,
         pool: InstancePool,
         instances: usize,
-        idle: mpsc::UnboundedReceiver<()>,
+        idle: mpsc::UnboundedReceiver<Finished>,
     ) -> Result<Arc<Self>> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::internal("the dynamic batcher needs the async runtime"))?;
@@ -254,7 +256,7 @@ struct Actor {
     pool: InstancePool,
     idle_instances: usize,
     requests: mpsc::Receiver<Entry>,
-    idle: mpsc::UnboundedReceiver<()>,
+    idle: mpsc::UnboundedReceiver<Finished>,
 }
 
 impl Actor {
@@ -300,7 +302,10 @@ impl Actor {
                     Some(entry) => self.accept(entry),
                     None => break,
                 },
-                Some(()) = self.idle.recv() => self.idle_instances += 1,
+                Some(finished) = self.idle.recv() => {
+                    finished.send();
+                    self.idle_instances += 1;
+                }
                 () = sleep => {}
             }
         }
@@ -309,6 +314,12 @@ impl Actor {
                 .pending
                 .reply
                 .send(Err(Error::unavailable("the model was unloaded")));
+        }
+        // Answers already handed back go out; an instance that finishes
+        // later finds the channel closed and sends its own.
+        self.idle.close();
+        while let Ok(finished) = self.idle.try_recv() {
+            finished.send();
         }
     }
 

@@ -6,7 +6,9 @@
 //! next one. A job is a batch of one or more requests: the thread assembles
 //! the inputs, executes once, cuts the outputs per request and answers each.
 //! With a dynamic batcher in front, each thread says when it is idle again,
-//! so batches are formed only when an instance can take them.
+//! so batches are formed only when an instance can take them, and hands the
+//! finished job's answers back with that word ([`Finished`]) for the
+//! batcher to send from the async runtime.
 //!
 //! A backend whose execution is a copy ([`Backend::runs_inline`]: identity)
 //! gets no threads: without a batcher in front, its instances run each job
@@ -28,7 +30,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::backend::{Backend, Device, InstanceSpec, ModelInstance, ResponseSink};
 use crate::batch;
 use crate::error::{Error, Result};
-use crate::scheduler::Pending;
+use crate::scheduler::{Pending, Reply};
 use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
 use crate::trace::{self, RequestTrace};
@@ -65,8 +67,32 @@ pub struct InstanceSource {
     pub config: Arc<ModelConfig>,
     pub version_dir: PathBuf,
     pub statistics: Arc<ModelStatistics>,
-    /// Told once per finished job when a dynamic batcher feeds the pool.
-    pub idle: Option<UnboundedSender<()>>,
+    /// Told once per finished job, with its answers, when a dynamic batcher
+    /// feeds the pool.
+    pub idle: Option<UnboundedSender<Finished>>,
+}
+
+/// A finished job's answers, each with the reply it goes to.
+///
+/// Sending a request's answer wakes its task. From an instance thread, each
+/// wake pushes the task onto the runtime's shared queue under the runtime's
+/// lock, which its worker threads take too, and may wake one of them; a
+/// batch of 30 did that 30 times, and the instance thread blocked on that
+/// lock about once per batch. Sent from a task on the runtime instead (the
+/// dynamic batcher's, which the instance wakes once anyway to say it is
+/// idle), the wakes go to that worker's own queue.
+#[derive(Debug, Default)]
+pub struct Finished {
+    answers: Vec<(Reply, Result<Vec<Tensor>>)>,
+}
+
+impl Finished {
+    /// Sends every answer.
+    pub fn send(self) {
+        for (reply, outcome) in self.answers {
+            reply.send(outcome);
+        }
+    }
 }
 
 pub struct InstancePool {
@@ -112,7 +138,7 @@ impl Inline {
         let mut instance = self.instance();
         // As on an instance thread: a panic around the batch fails only it
         // (its requests' replies drop: "stopped before answering").
-        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&self.source, instance.as_mut(), job)));
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&self.source, instance.as_mut(), job).send()));
         if ran.is_err() {
             tracing::error!(model = %self.source.model, version = self.source.version, "a job panicked outside its batch; the instance goes on");
         }
@@ -281,14 +307,25 @@ fn worker(
             .as_ref()
             .is_some_and(|p| p.decoupled);
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match decoupled {
-            true => run_decoupled(source, instance.as_mut(), job),
+            true => {
+                run_decoupled(source, instance.as_mut(), job);
+                Finished::default()
+            }
             false => run(source, instance.as_mut(), job),
         }));
-        if ran.is_err() {
+        let finished = ran.unwrap_or_else(|_| {
             tracing::error!(model = %source.model, version = source.version, "a job panicked outside its batch; the instance goes on");
-        }
-        if let Some(idle) = &source.idle {
-            let _ = idle.send(());
+            Finished::default()
+        });
+        match &source.idle {
+            // A batcher that has stopped (its model unloading) cannot send
+            // them: this thread does.
+            Some(idle) => {
+                if let Err(unsent) = idle.send(finished) {
+                    unsent.0.send();
+                }
+            }
+            None => finished.send(),
         }
     }
 }
@@ -309,7 +346,7 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
 struct Admitted {
     inputs: Vec<Tensor>,
     batch_size: usize,
-    reply: crate::scheduler::Reply,
+    reply: Reply,
     trace: Option<Arc<RequestTrace>>,
 }
 
@@ -336,7 +373,8 @@ fn admit(source: &InstanceSource, started: Instant, pending: Pending) -> Option<
     })
 }
 
-fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
+/// Runs a job and returns its answers, for the caller to send.
+fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) -> Finished {
     let started = Instant::now();
     // A request whose caller went away gets no compute: its inputs are
     // already gone from its payload.
@@ -354,7 +392,7 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
         inputs.push(admitted.inputs);
     }
     if replies.is_empty() {
-        return;
+        return Finished::default();
     }
     let outcome = execute(source, instance, started, inputs, &sizes, &traces, |outputs| {
         if sizes.len() == 1 {
@@ -363,18 +401,11 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
             batch::split(outputs, &sizes)
         }
     });
-    match outcome {
-        Ok(per_request) => {
-            for (reply, outputs) in replies.into_iter().zip(per_request) {
-                reply.send(Ok(outputs));
-            }
-        }
-        Err(e) => {
-            for reply in replies {
-                reply.send(Err(e.clone()));
-            }
-        }
-    }
+    let answers = match outcome {
+        Ok(per_request) => replies.into_iter().zip(per_request.into_iter().map(Ok)).collect(),
+        Err(e) => replies.into_iter().map(|reply| (reply, Err(e.clone()))).collect(),
+    };
+    Finished { answers }
 }
 
 /// Executes one batch made of `inputs` (per request, `sizes` rows each),
@@ -507,7 +538,6 @@ mod tests {
     use crate::backend::for_kind;
     use crate::datatype::DataType;
     use crate::model_config::text::parse;
-    use crate::scheduler::Reply;
     use bytes::Bytes;
     use tokio::sync::oneshot;
 
