@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The side-by-side benchmark, in one go on one machine:
 #   1. compute limit:   each MLP in-process through ONNX Runtime, batch 1..64,
-#                       with the server's thread settings;
+#                       as one session on every core and as one single-
+#                       threaded session per core side by side (the two
+#                       layouts a served model's instances take);
 #   2. transport limit: a bare tonic and a bare hyper echo server, driven by
 #                       nereid-perf exactly as nereid-server is;
 #   3. nereid-server:   identity, mlp_small and mlp_large (dynamic batching),
@@ -94,11 +96,15 @@ start_server() {
 
 stop() { kill -TERM "$1"; wait "$1" || true; }
 
-echo "== 1. compute limit (in-process ONNX Runtime, $cores intra-op threads)"
+echo "== 1. compute limit (in-process ONNX Runtime: one session of $cores intra-op threads, $cores sessions of one)"
 for model in examples/models/mlp_small bench/models/mlp_large; do
     name=$(basename "$model")
     "$bin/nereid-compute-limit" --model "$model/1/model.onnx" --intra-op-threads "$cores" \
         --batch-sizes 1,2,4,8,16,32,64 --duration-ms "$interval" --json "$out/compute-$name.json"
+    if [ "$cores" -gt 1 ]; then
+        "$bin/nereid-compute-limit" --model "$model/1/model.onnx" --sessions "$cores" --intra-op-threads 1 \
+            --batch-sizes 8,16,32,64 --duration-ms "$interval" --json "$out/compute-$name-sessions.json"
+    fi
 done
 
 echo "== 2. transport limit (bare tonic / hyper echo), pinned, then free for the MLPs' limit"

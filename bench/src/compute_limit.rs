@@ -1,8 +1,10 @@
 //! nereid-compute-limit: the compute baseline. Runs an ONNX model
 //! in-process through ONNX Runtime, back to back on one thread (with the
 //! given intra-op threads), for each batch size; no network, no
-//! serialisation, no queueing. A server can at best approach these
-//! numbers, so the gap to nereid-perf's shows what serving costs.
+//! serialisation, no queueing. With `--sessions N` it runs N sessions side
+//! by side, each on its own thread, as a server model with N instances
+//! runs. A server can at best approach these numbers, so the gap to
+//! nereid-perf's shows what serving costs.
 //!
 //! The model must take one FP32 input shaped `[batch, features...]`; the
 //! batch dimension must be variable (or equal the batch size asked for).
@@ -13,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use clap::Parser;
+use ort::environment::Environment;
 use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::value::{Tensor, TensorElementType};
@@ -50,6 +53,12 @@ pub struct ComputeArgs {
     #[arg(long, default_value_t = default_threads())]
     pub intra_op_threads: usize,
 
+    /// Independent sessions run side by side, each on its own thread with
+    /// `--intra-op-threads` threads: the in-process form of a model served by
+    /// that many instances. Throughput is their sum.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sessions: u32,
+
     /// Let the intra-op threads spin between operators. nereid-server keeps
     /// this off unless a model's `intra_op_spinning` parameter turns it on,
     /// so it is off here too for a like-for-like baseline.
@@ -77,6 +86,7 @@ pub struct ComputeArgs {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BatchResult {
     pub batch_size: usize,
+    pub sessions: usize,
     pub intra_op_threads: usize,
     pub executions: usize,
     pub executions_per_s: f64,
@@ -119,20 +129,23 @@ pub fn model_input(name: &str, dims: &[i64], features: Option<usize>) -> anyhow:
     })
 }
 
-fn load(args: &ComputeArgs) -> anyhow::Result<Session> {
+fn environment(args: &ComputeArgs) -> anyhow::Result<Environment> {
     let library = args.onnxruntime_library.as_deref().ok_or_else(|| {
         anyhow!("the ONNX Runtime library is not configured: pass --onnxruntime-library or set ORT_DYLIB_PATH")
     })?;
     if !library.is_file() {
         bail!("the ONNX Runtime library '{}' does not exist", library.display());
     }
-    let environment = ort::init_from(library)
+    ort::init_from(library)
         .map_err(|e| anyhow!("failed to load ONNX Runtime from '{}': {e}", library.display()))?
         .with_name("nereid-compute-limit")
         .build()
-        .map_err(|e| anyhow!("failed to create the ONNX Runtime environment: {e}"))?;
+        .map_err(|e| anyhow!("failed to create the ONNX Runtime environment: {e}"))
+}
+
+fn load(environment: &Environment, args: &ComputeArgs) -> anyhow::Result<Session> {
     let builder_error = |e: ort::Error<ort::session::builder::SessionBuilder>| anyhow!("ONNX Runtime: {e}");
-    Session::builder(&environment)
+    Session::builder(environment)
         .map_err(|e| anyhow!("ONNX Runtime: {e}"))?
         .with_intra_threads(args.intra_op_threads.max(1))
         .map_err(builder_error)?
@@ -163,13 +176,59 @@ fn input_of(session: &Session, features: Option<usize>) -> anyhow::Result<ModelI
     model_input(input.name(), dims, features)
 }
 
-/// Runs `session` back to back for `duration` (after `warmup`) at `batch`.
-fn measure(session: &mut Session, input: &ModelInput, batch: usize, args: &ComputeArgs) -> anyhow::Result<BatchResult> {
+/// Runs every session back to back, each on its own thread, for
+/// `duration` (after `warmup`) at `batch`.
+fn measure(
+    sessions: &mut [Session],
+    input: &ModelInput,
+    batch: usize,
+    args: &ComputeArgs,
+) -> anyhow::Result<BatchResult> {
     if let Some(fixed) = input.fixed_batch
         && fixed != batch as i64
     {
         bail!("the model's batch dimension is fixed at {fixed}; batch size {batch} is impossible");
     }
+    let runs: Vec<anyhow::Result<Drive>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = sessions
+            .iter_mut()
+            .map(|session| scope.spawn(move || drive(session, input, batch, args)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a session's thread panicked"))))
+            .collect()
+    });
+    let mut latencies = Vec::new();
+    let mut executions_per_s = 0.0;
+    for run in runs {
+        let run = run?;
+        executions_per_s += run.latencies.len() as f64 / run.elapsed_s;
+        latencies.extend(run.latencies);
+    }
+    let executions = latencies.len();
+    let summary = LatencySummary::from_samples(&mut latencies);
+    Ok(BatchResult {
+        batch_size: batch,
+        sessions: sessions.len(),
+        intra_op_threads: args.intra_op_threads,
+        executions,
+        executions_per_s,
+        inferences_per_s: executions_per_s * batch as f64,
+        p50_us: summary.p50_us,
+        p99_us: summary.p99_us,
+        avg_us: summary.avg_us,
+    })
+}
+
+/// One session's measured executions.
+struct Drive {
+    latencies: Vec<u64>,
+    elapsed_s: f64,
+}
+
+/// Runs one session back to back at `batch` on the calling thread.
+fn drive(session: &mut Session, input: &ModelInput, batch: usize, args: &ComputeArgs) -> anyhow::Result<Drive> {
     let mut shape = vec![batch as i64];
     shape.extend(&input.row);
     let count = shape.iter().product::<i64>() as usize;
@@ -197,32 +256,22 @@ fn measure(session: &mut Session, input: &ModelInput, batch: usize, args: &Compu
     while latencies.is_empty() || start.elapsed() < duration {
         latencies.push(u64::try_from(run()?.as_micros()).unwrap_or(u64::MAX));
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    let executions = latencies.len();
-    let summary = LatencySummary::from_samples(&mut latencies);
-    let executions_per_s = executions as f64 / elapsed;
-    Ok(BatchResult {
-        batch_size: batch,
-        intra_op_threads: args.intra_op_threads,
-        executions,
-        executions_per_s,
-        inferences_per_s: executions_per_s * batch as f64,
-        p50_us: summary.p50_us,
-        p99_us: summary.p99_us,
-        avg_us: summary.avg_us,
+    Ok(Drive {
+        latencies,
+        elapsed_s: start.elapsed().as_secs_f64(),
     })
 }
 
 pub fn table(rows: &[BatchResult]) -> String {
     let mut out = format!(
-        "{:>6} {:>8} {:>12} {:>12} {:>10} {:>10}\n",
-        "batch", "threads", "exec/s", "infer/s", "p50 us", "p99 us"
+        "{:>6} {:>8} {:>8} {:>12} {:>12} {:>10} {:>10}\n",
+        "batch", "sessions", "threads", "exec/s", "infer/s", "p50 us", "p99 us"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:>6} {:>8} {:>12.1} {:>12.1} {:>10} {:>10}",
-            r.batch_size, r.intra_op_threads, r.executions_per_s, r.inferences_per_s, r.p50_us, r.p99_us
+            "{:>6} {:>8} {:>8} {:>12.1} {:>12.1} {:>10} {:>10}",
+            r.batch_size, r.sessions, r.intra_op_threads, r.executions_per_s, r.inferences_per_s, r.p50_us, r.p99_us
         );
     }
     out
@@ -230,18 +279,22 @@ pub fn table(rows: &[BatchResult]) -> String {
 
 /// Loads the model and measures every batch size; prints the table.
 pub fn run(args: &ComputeArgs) -> anyhow::Result<Vec<BatchResult>> {
-    let mut session = load(args)?;
-    let input = input_of(&session, args.features)?;
+    let environment = environment(args)?;
+    let mut sessions = (0..args.sessions)
+        .map(|_| load(&environment, args))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let input = input_of(&sessions[0], args.features)?;
     eprintln!(
-        "nereid-compute-limit: {} input '{}' row {:?}, {} intra-op threads",
+        "nereid-compute-limit: {} input '{}' row {:?}, {} session(s) of {} intra-op threads",
         args.model.display(),
         input.name,
         input.row,
+        args.sessions,
         args.intra_op_threads
     );
     let mut rows = Vec::new();
     for &batch in &args.batch_sizes {
-        rows.push(measure(&mut session, &input, batch as usize, args)?);
+        rows.push(measure(&mut sessions, &input, batch as usize, args)?);
     }
     print!("{}", table(&rows));
     if let Some(path) = &args.json {
@@ -279,9 +332,11 @@ mod tests {
         let a = ComputeArgs::try_parse_from(["nereid-compute-limit", "--model", "m.onnx"]).unwrap();
         assert_eq!(a.batch_sizes, vec![1, 2, 4, 8, 16, 32, 64]);
         assert_eq!(a.duration_ms, 2000);
+        assert_eq!(a.sessions, 1);
         let a = ComputeArgs::try_parse_from(["nereid-compute-limit", "--model", "m", "--batch-sizes", "3,5"]).unwrap();
         assert_eq!(a.batch_sizes, vec![3, 5]);
         assert!(ComputeArgs::try_parse_from(["nereid-compute-limit", "--model", "m", "--batch-sizes", "1,0"]).is_err());
+        assert!(ComputeArgs::try_parse_from(["nereid-compute-limit", "--model", "m", "--sessions", "0"]).is_err());
         assert!(a.intra_op_threads >= 1);
     }
 }
