@@ -8,7 +8,8 @@
 #      /proc, over requests the pod counted) against the server's, both the
 #      server's behind the gateway (the same requests, but multiplexed on
 #      one connection, which costs the server less) and the server's when
-#      clients call it directly.
+#      clients call it directly. Then a byte relay (nereid-relay) in front
+#      of the same pod, costed the same way: the floor under any proxy here.
 #   B. spread: three identity pods behind the gateway, every worker on ONE
 #      gRPC connection (as one client application): each pod's share.
 #   C. tail: three pods, one ten times slower (10 ms against 1 ms per
@@ -136,6 +137,29 @@ EOF
     done
     stop "$gateway_pid"
 done
+# The floor under any proxy: a byte relay (one upstream connection per client
+# connection, nothing parsed) in front of the same pod, costed the same way.
+"$bin/nereid-relay" --listen 127.0.0.1:18203 --upstream 127.0.0.1:18101 >"$out/a-relay.log" 2>&1 &
+pids+=($!); relay_pid=$!
+wait_for_line "$out/a-relay.log" "listening" >/dev/null
+for c in 1 32; do
+    n0=$(inferences 18100); s0=$(cpu_ticks "$server_pid"); r0=$(cpu_ticks "$relay_pid")
+    perf "a-relay-c$c" 127.0.0.1:18203 "$c"
+    n1=$(inferences 18100); s1=$(cpu_ticks "$server_pid"); r1=$(cpu_ticks "$relay_pid")
+    read -r relay_rate relay_p50 relay_p99 <<<"$(summary "a-relay-c$c")"
+    read -r direct_rate direct_p50 direct_p99 <<<"$(summary "a-direct-default-c$c")"
+    python3 - "$c" "$relay_rate" "$relay_p50" "$relay_p99" "$direct_p50" \
+        "$((n1 - n0))" "$((s1 - s0))" "$((r1 - r0))" "$(getconf CLK_TCK)" <<'EOF2' | tee -a "$out/summary.txt"
+import sys
+c, rr, rp50, rp99, dp50, n, s, r, hz = sys.argv[1:]
+server = int(s) / int(hz) * 1e6 / max(int(n), 1)
+relay = int(r) / int(hz) * 1e6 / max(int(n), 1)
+print(f"c={c}: byte relay {float(rr):.0f} infer/s p50 {rp50} us p99 {rp99} us | added p50 {int(rp50) - int(dp50)} us "
+      f"(against the first direct run) | CPU per request: relay {relay:.0f} us, server {server:.0f} us behind it | "
+      f"relay / server {relay / server:.2f}")
+EOF2
+done
+stop "$relay_pid"
 stop "$server_pid"; pids=()
 
 echo "== B. spread: three pods, one gRPC connection, concurrency 32"

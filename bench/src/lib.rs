@@ -24,6 +24,7 @@
 //! The baselines:
 //! - [`echo`] — the echo server, HTTP and gRPC.
 //! - [`compute_limit`] — in-process ONNX Runtime throughput.
+//! - [`relay`] — a byte-for-byte TCP relay, the floor under nereid-gateway.
 //!
 //! Comparisons:
 //! - [`chain`] — an ensemble against its steps called one by one by the client.
@@ -44,6 +45,7 @@ pub mod latency;
 pub mod metadata;
 pub mod perf;
 pub mod process_cpu;
+pub mod relay;
 pub mod request;
 pub mod tensor;
 pub mod vad;
