@@ -8,7 +8,8 @@
 //! [`policy::decide`] what to send, and sends a batch only when an instance
 //! has said it is idle, so requests keep gathering while every instance is
 //! busy. An instance says so with its finished job's answers, which the
-//! actor sends ([`Finished`]).
+//! actor sends ([`Finished`]); the actor notes when one frees after all were
+//! busy, since a queued batch's delay runs from then (see [`policy`]).
 
 pub mod policy;
 pub mod queue;
@@ -162,6 +163,7 @@ impl DynamicBatchScheduler {
             reorderer: config.preserve_ordering.then(Reorderer::new),
             pool,
             idle_instances: instances,
+            free_since: Instant::now(),
             requests,
             idle,
         };
@@ -255,6 +257,8 @@ struct Actor {
     reorderer: Option<Arc<Reorderer>>,
     pool: InstancePool,
     idle_instances: usize,
+    /// When an instance last became free while all were busy (or the start).
+    free_since: Instant,
     requests: mpsc::Receiver<Entry>,
     idle: mpsc::UnboundedReceiver<Finished>,
 }
@@ -272,7 +276,7 @@ impl Actor {
             let mut wake = None;
             while self.idle_instances > 0 {
                 let candidates = self.queue.candidates(self.policy.max_batch_size + 1);
-                match policy::decide(&candidates, now, &self.policy) {
+                match policy::decide(&candidates, now, self.free_since, &self.policy) {
                     Decision::Dispatch(n) => {
                         let requests = self.queue.take(n).into_iter().map(|e| e.pending).collect();
                         if let Err(e) = self.pool.try_submit(Job { requests }) {
@@ -304,6 +308,9 @@ impl Actor {
                 },
                 Some(finished) = self.idle.recv() => {
                     finished.send();
+                    if self.idle_instances == 0 {
+                        self.free_since = Instant::now();
+                    }
                     self.idle_instances += 1;
                 }
                 () = sleep => {}
