@@ -17,11 +17,11 @@
 //! few: under a closed loop of as many clients as `max_batch_size`, the
 //! batches settle into two alternating halves, each computed while the
 //! other's answers and next requests travel, and both slower for it (the
-//! bench's mlp_large at 64 clients: batches of 32, 0.65-0.75 of the
-//! in-process best; full batches of 64 with this rule). The delay is so the
-//! longest a batch is held back from an idle instance, which is the only
-//! wait the batcher chooses; with an instance idle all along, the rule is
-//! Triton's.
+//! bench's mlp_large at 64 clients over HTTP: batches of 32 and 0.73-0.82
+//! of the in-process best; with this rule, full batches and 0.85-0.88, in
+//! docs/benchmarks.md §14). The delay is so the longest a batch is held
+//! back from an idle instance, which is the only wait the batcher chooses;
+//! with an instance idle all along, the rule is Triton's.
 
 use std::time::{Duration, Instant};
 
