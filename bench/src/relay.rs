@@ -72,16 +72,22 @@ async fn pump(from: OwnedReadHalf, to: OwnedWriteHalf) -> io::Result<()> {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         };
-        let mut sent = 0;
-        while sent < n {
-            to.writable().await?;
-            match to.try_write(&buf[sent..n]) {
-                Ok(k) => sent += k,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
+        write_all(&to, &buf[..n]).await?;
+    }
+}
+
+/// Writes all of `bytes`, waiting whenever the socket's buffer is full.
+async fn write_all(to: &OwnedWriteHalf, bytes: &[u8]) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        to.writable().await?;
+        match to.try_write(&bytes[sent..]) {
+            Ok(k) => sent += k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -113,15 +119,7 @@ mod tests {
         let sender = {
             let payload = payload.clone();
             tokio::spawn(async move {
-                let mut sent = 0;
-                while sent < payload.len() {
-                    write.writable().await.unwrap();
-                    match write.try_write(&payload[sent..]) {
-                        Ok(k) => sent += k,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("{e}"),
-                    }
-                }
+                write_all(&write, &payload).await.unwrap();
                 // `write` dropped here: the client's end.
             })
         };
