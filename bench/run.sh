@@ -10,7 +10,12 @@
 #                       batch-1 requests at concurrency 1, 8, 32, 64 over gRPC
 #                       and HTTP binary;
 #   4. profile:         where the server's CPU goes on identity at c=32, per
-#                       protocol (perf record, user space), when perf can.
+#                       protocol (perf record, user space), when perf can;
+#   5. targets:         the points the targets read (identity c=1 and c=32
+#                       against the echo, the MLPs at c=64 against their
+#                       limits), again in three rounds that each measure both
+#                       sides of every ratio, so drift between sections does
+#                       not decide a target.
 # Identity and the echo servers run pinned to core 0 with the load generator
 # on core 1, so each side's CPU per request is its own; the MLPs and the echo
 # baseline they are read against run unpinned, since ONNX Runtime needs both
@@ -23,14 +28,14 @@
 # a timing. Everything talks to 127.0.0.1 only and every process it starts is
 # stopped by PID.
 #
-#   bench/run.sh [--quick]     (--quick: shorter windows, for a smoke run)
+#   bench/run.sh [--quick]     (--quick: shorter windows and one round, for a smoke run)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$repo/scripts/setup.sh"
 cd "$repo"
 
-interval=2000
-if [ "${1:-}" = "--quick" ]; then interval=500; fi
+interval=2000 rounds=3
+if [ "${1:-}" = "--quick" ]; then interval=500 rounds=1; fi
 
 "$repo/.venv/bin/python" bench/generate_mlp_large.py
 cargo build --release --locked -p nereid-server -p nereid-bench
@@ -162,6 +167,52 @@ for model in mlp_small mlp_large; do
         measure "server-$model-$protocol" free "$protocol" "$url" "$model" "$server_pid" "${levels[@]}" \
             --shape INPUT0:1,$([ "$model" = mlp_large ] && echo 1024 || echo 256)
     done
+done
+
+stop "$server_pid"
+
+# The targets, again in alternating rounds. On a shared VM every figure
+# drifts 5-20 % within minutes, and sections 1-3 measure each baseline
+# minutes before the server it is read against; here each round measures
+# both sides of every target within a minute or two, and report.py reads
+# each ratio inside its round and gives the median over the rounds.
+echo "== 5. targets: $rounds alternating rounds"
+for round in $(seq 1 "$rounds"); do
+    echo "-- round $round"
+    start_echo "$out/round$round-echo.log" pinned
+    for protocol in grpc http; do
+        url=$([ "$protocol" = grpc ] && echo "$echo_grpc" || echo "$echo_http")
+        measure "round$round-echo-$protocol" pinned "$protocol" "$url" echo "$echo_pid" --concurrency-list 1,32 \
+            --shape INPUT0:1,256 --datatype INPUT0:FP32
+    done
+    stop "$echo_pid"
+    start_server "$out/round$round-server-pinned.log" pinned examples/models
+    for protocol in grpc http; do
+        url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
+        measure "round$round-server-identity-$protocol" pinned "$protocol" "$url" identity "$server_pid" \
+            --concurrency-list 1,32 --shape INPUT0:1,256
+    done
+    stop "$server_pid"
+    for model in examples/models/mlp_small bench/models/mlp_large; do
+        "$bin/nereid-compute-limit" --model "$model/1/model.onnx" --intra-op-threads "$cores" --batch-sizes 32,64 \
+            --duration-ms "$interval" --json "$out/round$round-compute-$(basename "$model").json"
+    done
+    start_echo "$out/round$round-echo-free.log" free
+    for protocol in grpc http; do
+        url=$([ "$protocol" = grpc ] && echo "$echo_grpc" || echo "$echo_http")
+        measure "round$round-echo-free-$protocol" free "$protocol" "$url" echo "$echo_pid" --concurrency-list 64 \
+            --shape INPUT0:1,256 --datatype INPUT0:FP32
+    done
+    stop "$echo_pid"
+    start_server "$out/round$round-server.log" free examples/models bench/models
+    for model in mlp_small mlp_large; do
+        for protocol in grpc http; do
+            url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
+            measure "round$round-server-$model-$protocol" free "$protocol" "$url" "$model" "$server_pid" \
+                --concurrency-list 64 --shape INPUT0:1,$([ "$model" = mlp_large ] && echo 1024 || echo 256)
+        done
+    done
+    stop "$server_pid"
 done
 
 "$repo/.venv/bin/python" bench/report.py "$out" --write docs/benchmarks.md
