@@ -224,7 +224,8 @@ def build(results: Path) -> str:
     if rounds[0] is sweep:
         source = "sections 1-3 above, as one round"
     else:
-        source = f"section 5's {len(rounds)} round(s), each ratio read within its round"
+        count = f"{len(rounds)} rounds" if len(rounds) > 1 else "one round"
+        source = f"section 5's {count}, each ratio read within its round"
     out.append(
         f"The rows with a round each come from {source}; a goal is read on the median. The rows after them "
         "come from sections 1-3.\n"
