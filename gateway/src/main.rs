@@ -72,6 +72,13 @@ async fn run(args: Args) -> Result<()> {
         draining: AtomicBool::new(false),
     });
 
+    // Endpoints given on the command line are in the routing table before
+    // the ports open: a client that connects as soon as the listening line
+    // is printed must find its model, not "unknown model".
+    if !args.endpoints.is_empty() {
+        serve_static(&router, &args);
+    }
+
     let bind = |port: u16| {
         let address = SocketAddr::new(args.address, port);
         async move {
@@ -122,8 +129,6 @@ async fn run(args: Args) -> Result<()> {
                 tracing::error!(%error, "discovery stopped");
             }
         });
-    } else {
-        serve_static(&router, &args);
     }
 
     wait_for_signal().await;
