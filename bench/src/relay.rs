@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use clap::Parser;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
@@ -47,51 +46,24 @@ pub async fn run(args: RelayArgs, shutdown: CancellationToken) -> anyhow::Result
     }
 }
 
-/// Connects to `upstream` and copies both directions until both end.
-async fn relay(client: TcpStream, upstream: SocketAddr) -> io::Result<()> {
-    let server = TcpStream::connect(upstream).await?;
+/// What each direction reads and writes at a time: the socket buffer's
+/// order, so a large tensor crosses in few system calls.
+const BUFFER: usize = 64 << 10;
+
+/// Connects to `upstream` and copies both directions until both end; the
+/// end of one side's bytes is passed on as the end of the other's writes.
+async fn relay(mut client: TcpStream, upstream: SocketAddr) -> io::Result<()> {
+    let mut server = TcpStream::connect(upstream).await?;
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
-    let (client_read, client_write) = client.into_split();
-    let (server_read, server_write) = server.into_split();
-    let answers = tokio::spawn(pump(server_read, client_write));
-    let requests = pump(client_read, server_write).await;
-    let answers = answers.await.map_err(io::Error::other)?;
-    requests.and(answers)
-}
-
-/// Copies `from` to `to` until `from` ends; dropping `to` then shuts its
-/// write side, so the peer sees the end too.
-async fn pump(from: OwnedReadHalf, to: OwnedWriteHalf) -> io::Result<()> {
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        from.readable().await?;
-        let n = match from.try_read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            Err(e) => return Err(e),
-        };
-        write_all(&to, &buf[..n]).await?;
-    }
-}
-
-/// Writes all of `bytes`, waiting whenever the socket's buffer is full.
-async fn write_all(to: &OwnedWriteHalf, bytes: &[u8]) -> io::Result<()> {
-    let mut sent = 0;
-    while sent < bytes.len() {
-        to.writable().await?;
-        match to.try_write(&bytes[sent..]) {
-            Ok(k) => sent += k,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
+    tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, BUFFER, BUFFER).await?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     use super::*;
 
     /// Bytes go through both ways, and the end of the client's side reaches
@@ -103,8 +75,8 @@ mod tests {
         // An echo server for one connection: answers what it reads, closes at EOF.
         let echo = tokio::spawn(async move {
             let (stream, _) = upstream.accept().await.unwrap();
-            let (read, write) = stream.into_split();
-            pump(read, write).await.unwrap();
+            let (mut read, mut write) = stream.into_split();
+            tokio::io::copy(&mut read, &mut write).await.unwrap();
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let relay_addr = listener.local_addr().unwrap();
@@ -114,26 +86,17 @@ mod tests {
         });
 
         let client = TcpStream::connect(relay_addr).await.unwrap();
-        let (read, write) = client.into_split();
+        let (mut read, mut write) = client.into_split();
         let payload: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let sender = {
             let payload = payload.clone();
             tokio::spawn(async move {
-                write_all(&write, &payload).await.unwrap();
+                write.write_all(&payload).await.unwrap();
                 // `write` dropped here: the client's end.
             })
         };
         let mut received = Vec::new();
-        let mut buf = vec![0u8; 8192];
-        loop {
-            read.readable().await.unwrap();
-            match read.try_read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => received.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => panic!("{e}"),
-            }
-        }
+        read.read_to_end(&mut received).await.unwrap();
         sender.await.unwrap();
         assert_eq!(received, payload);
         front.await.unwrap().unwrap();
