@@ -8,7 +8,6 @@ use http::Method;
 use nereid_proto::inference::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 
 use crate::binary_ext::{self, HEADER_LENGTH};
 use crate::error::{Error, Result};
@@ -24,7 +23,7 @@ pub struct Endpoint {
     /// gRPC only: one bidirectional ModelStreamInfer stream per connection.
     pub streaming: bool,
     /// gRPC only: the one connection every worker shares, when given.
-    pub shared: Option<Channel>,
+    pub shared: Option<Infer>,
 }
 
 /// An open bidirectional stream: requests go in, responses come out in
@@ -45,10 +44,8 @@ impl Connection {
         match (endpoint.protocol, endpoint.streaming) {
             (Protocol::Http, _) => Ok(Connection::Http(HttpConnection::connect(&endpoint.url).await?)),
             (Protocol::Grpc, false) => match &endpoint.shared {
-                Some(shared) => Ok(Connection::Grpc(Infer::new(shared.clone()))),
-                None => Ok(Connection::Grpc(Infer::new(
-                    grpc_client::connect_channel(&endpoint.url).await?,
-                ))),
+                Some(shared) => Ok(Connection::Grpc(shared.clone())),
+                None => Ok(Connection::Grpc(Infer::connect(&endpoint.url).await?)),
             },
             (Protocol::Grpc, true) => {
                 let mut client = grpc_client::connect(&endpoint.url).await?;
@@ -82,11 +79,8 @@ impl Connection {
                     binary_ext::parse_header_len(response.headers.get(HEADER_LENGTH).map(|v| v.as_bytes()))?;
                 binary_ext::check_response(&response.body, header_len, expected)
             }
-            (Connection::Grpc(client), Payload::Grpc { encoded, .. }) => {
-                let response = client
-                    .call(encoded.clone())
-                    .await
-                    .map_err(|s| grpc_client::status_error(&s))?;
+            (Connection::Grpc(client), Payload::Grpc { framed, .. }) => {
+                let response = client.call(framed.clone()).await?;
                 check_grpc_response(&response, expected)
             }
             (Connection::Stream(stream), Payload::Grpc { message, .. }) => {

@@ -70,7 +70,7 @@ pub async fn run(args: PerfArgs) -> anyhow::Result<Vec<LevelResult>> {
         protocol: args.protocol,
         streaming: args.streaming,
         shared: match (args.one_connection, args.protocol) {
-            (true, Protocol::Grpc) => Some(crate::grpc_client::connect_channel(&url).await?),
+            (true, Protocol::Grpc) => Some(crate::grpc_client::Infer::connect(&url).await?),
             _ => None,
         },
     });

@@ -16,6 +16,7 @@ use prost::Message;
 
 use crate::binary_ext::{self, EncodedRequest};
 use crate::error::{Error, Result};
+use crate::grpc_client;
 use crate::tensor::InputTensor;
 
 /// The wire protocol of a run.
@@ -45,8 +46,8 @@ pub enum Payload {
     },
     Grpc {
         message: ModelInferRequest,
-        /// `message`, encoded.
-        encoded: Bytes,
+        /// `message`, encoded and framed as one gRPC message.
+        framed: Bytes,
     },
 }
 
@@ -83,8 +84,8 @@ impl PreparedRequest {
             }
             Protocol::Grpc => {
                 let message = grpc_request(target, inputs, &outputs);
-                let encoded = Bytes::from(message.encode_to_vec());
-                Payload::Grpc { message, encoded }
+                let framed = grpc_client::frame(&message.encode_to_vec())?;
+                Payload::Grpc { message, framed }
             }
         };
         if let Payload::Http { path, .. } = &payload {
@@ -167,10 +168,15 @@ mod tests {
     fn grpc_shares_tensor_bytes() {
         let inputs = input();
         let r = PreparedRequest::new(&target(Protocol::Grpc, "1"), &inputs, vec!["OUTPUT0".into()]).unwrap();
-        let Payload::Grpc { message: m, encoded } = r.payload else {
+        let Payload::Grpc { message: m, framed } = r.payload else {
             panic!("not grpc")
         };
-        assert_eq!(ModelInferRequest::decode(encoded).unwrap(), m);
+        assert_eq!(framed[0], 0, "not compressed");
+        assert_eq!(
+            u32::from_be_bytes(framed[1..5].try_into().unwrap()) as usize,
+            framed.len() - 5
+        );
+        assert_eq!(ModelInferRequest::decode(framed.slice(5..)).unwrap(), m);
         assert_eq!(m.model_version, "1");
         assert_eq!(m.inputs[0].shape, vec![1, 2]);
         assert_eq!(m.outputs[0].name, "OUTPUT0");
