@@ -145,6 +145,9 @@ impl Infer {
         while let Some(chunk) = body.data().await {
             let chunk = chunk.map_err(transport)?;
             body.flow_control().release_capacity(chunk.len()).map_err(transport)?;
+            if joined.len() + single.as_ref().map_or(0, Bytes::len) + chunk.len() > 5 + MAX_MESSAGE {
+                return Err(Error::Protocol(format!("gRPC answer longer than {MAX_MESSAGE} bytes")));
+            }
             match single.take() {
                 None if joined.is_empty() => single = Some(chunk),
                 earlier => {
@@ -222,5 +225,52 @@ pub fn status_error(status: &tonic::Status) -> Error {
             Error::Transport(format!("gRPC {:?}: {}", status.code(), status.message()))
         }
         code => Error::Status(format!("gRPC {code:?}: {}", status.message())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderMap;
+    use nereid_proto::inference::model_infer_response::InferOutputTensor;
+
+    use super::*;
+
+    #[test]
+    fn a_framed_answer_decodes_and_a_malformed_one_does_not() {
+        let answer = ModelInferResponse {
+            model_name: "m".into(),
+            outputs: vec![InferOutputTensor {
+                name: "OUTPUT0".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let framed = frame(&answer.encode_to_vec()).unwrap();
+        assert_eq!(decode(framed.clone()).unwrap(), answer);
+
+        let e = decode(framed.slice(..3)).unwrap_err();
+        assert!(e.to_string().contains("has no message"), "{e}");
+        let e = decode(framed.slice(..framed.len() - 1)).unwrap_err();
+        assert!(e.to_string().contains("followed"), "{e}");
+        let mut compressed = framed.to_vec();
+        compressed[0] = 1;
+        let e = decode(Bytes::from(compressed)).unwrap_err();
+        assert!(e.to_string().contains("compressed"), "{e}");
+    }
+
+    #[test]
+    fn a_status_other_than_ok_is_an_error_with_its_decoded_message() {
+        let mut headers = HeaderMap::new();
+        headers.insert(GRPC_STATUS, HeaderValue::from_static("0"));
+        check_status(&headers).unwrap();
+
+        headers.insert(GRPC_STATUS, HeaderValue::from_static("3"));
+        headers.insert("grpc-message", HeaderValue::from_static("unexpected%20shape%20%5B1%5D"));
+        let e = check_status(&headers).unwrap_err();
+        assert_eq!(e.kind(), "status");
+        assert_eq!(e.to_string(), "gRPC InvalidArgument: unexpected shape [1]");
+
+        headers.insert(GRPC_STATUS, HeaderValue::from_static("ok"));
+        assert_eq!(check_status(&headers).unwrap_err().kind(), "protocol");
     }
 }
