@@ -22,6 +22,7 @@
 //! spends 17 us and drives the echo at 49k/s (docs/benchmarks.md, §16).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use h2::RecvStream;
 use h2::client::SendRequest;
 use http::HeaderValue;
 use http::header::{CONTENT_TYPE, TE};
@@ -139,24 +140,7 @@ impl Infer {
             check_status(&head.headers)?;
             return Err(Error::Protocol("gRPC answer has a status but no message".into()));
         }
-        // Usually one DATA frame: kept as it came, copied only if more follow.
-        let mut single: Option<Bytes> = None;
-        let mut joined = BytesMut::new();
-        while let Some(chunk) = body.data().await {
-            let chunk = chunk.map_err(transport)?;
-            body.flow_control().release_capacity(chunk.len()).map_err(transport)?;
-            if joined.len() + single.as_ref().map_or(0, Bytes::len) + chunk.len() > 5 + MAX_MESSAGE {
-                return Err(Error::Protocol(format!("gRPC answer longer than {MAX_MESSAGE} bytes")));
-            }
-            match single.take() {
-                None if joined.is_empty() => single = Some(chunk),
-                earlier => {
-                    joined.extend_from_slice(&earlier.unwrap_or_default());
-                    joined.extend_from_slice(&chunk);
-                }
-            }
-        }
-        let message = single.unwrap_or_else(|| joined.freeze());
+        let message = read_message(&mut body).await?;
         let trailers = body
             .trailers()
             .await
@@ -164,6 +148,38 @@ impl Infer {
             .ok_or_else(|| Error::Protocol("gRPC answer ended without trailers".into()))?;
         check_status(&trailers)?;
         decode(message)
+    }
+}
+
+/// The answer's DATA frames. Usually there is one, kept as it came; the
+/// frames are joined only if more follow, up to the message size limit.
+async fn read_message(body: &mut RecvStream) -> Result<Bytes> {
+    let transport = |e: h2::Error| Error::Transport(format!("gRPC: {e}"));
+    let mut next = async || -> Result<Option<Bytes>> {
+        let Some(chunk) = body.data().await else {
+            return Ok(None);
+        };
+        let chunk = chunk.map_err(transport)?;
+        body.flow_control().release_capacity(chunk.len()).map_err(transport)?;
+        Ok(Some(chunk))
+    };
+    let Some(first) = next().await? else {
+        return Ok(Bytes::new());
+    };
+    let Some(second) = next().await? else {
+        return Ok(first);
+    };
+    let mut joined = BytesMut::from(&first[..]);
+    let mut chunk = second;
+    loop {
+        if joined.len() + chunk.len() > 5 + MAX_MESSAGE {
+            return Err(Error::Protocol(format!("gRPC answer longer than {MAX_MESSAGE} bytes")));
+        }
+        joined.extend_from_slice(&chunk);
+        match next().await? {
+            Some(more) => chunk = more,
+            None => return Ok(joined.freeze()),
+        }
     }
 }
 
