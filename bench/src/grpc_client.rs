@@ -21,11 +21,12 @@
 //! server it measured, and drove the echo at 33k calls/s; with h2 it
 //! spends 17 us and drives the echo at 49k/s (docs/benchmarks.md, §16).
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use h2::RecvStream;
 use h2::client::SendRequest;
 use http::HeaderValue;
 use http::header::{CONTENT_TYPE, TE};
+use nereid_proto::frame::{PREFIX_LEN, Prefix};
 use nereid_proto::inference::ModelInferResponse;
 use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use prost::Message;
@@ -67,18 +68,6 @@ const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 /// updates mid-answer.
 const STREAM_WINDOW: u32 = 2 << 20;
 const CONNECTION_WINDOW: u32 = 5 << 20;
-
-/// Frames one gRPC message: a compression flag of 0 and its length, then
-/// the message. Done once per run, like the encoding.
-pub fn frame(message: &[u8]) -> Result<Bytes> {
-    let len = u32::try_from(message.len())
-        .map_err(|_| Error::Invalid(format!("a gRPC message of {} bytes is too large", message.len())))?;
-    let mut framed = BytesMut::with_capacity(5 + message.len());
-    framed.put_u8(0);
-    framed.put_u32(len);
-    framed.put_slice(message);
-    Ok(framed.freeze())
-}
 
 /// ModelInfer calls on one HTTP/2 connection, sent with the h2 crate
 /// directly (see the module's doc). Cloning shares the connection.
@@ -211,27 +200,27 @@ fn check_status(headers: &http::HeaderMap) -> Result<()> {
 }
 
 /// One uncompressed length-prefixed message, decoded.
-fn decode(mut framed: Bytes) -> Result<ModelInferResponse> {
-    if framed.len() < 5 {
+fn decode(framed: Bytes) -> Result<ModelInferResponse> {
+    let Some(prefix) = Prefix::read(&framed) else {
         return Err(Error::Protocol(format!(
             "gRPC answer of {} bytes has no message",
             framed.len()
         )));
-    }
-    let compressed = framed.get_u8();
-    let len = framed.get_u32() as usize;
-    if compressed != 0 {
+    };
+    if prefix.flag != 0 {
         return Err(Error::Protocol(
             "gRPC answer is compressed, which was not asked for".into(),
         ));
     }
-    if len != framed.len() {
+    let message = framed.slice(PREFIX_LEN..);
+    if prefix.length != message.len() {
         return Err(Error::Protocol(format!(
-            "gRPC message says {len} bytes but {} followed",
-            framed.len()
+            "gRPC message says {} bytes but {} followed",
+            prefix.length,
+            message.len()
         )));
     }
-    ModelInferResponse::decode(framed).map_err(|e| Error::Protocol(format!("undecodable ModelInferResponse: {e}")))
+    ModelInferResponse::decode(message).map_err(|e| Error::Protocol(format!("undecodable ModelInferResponse: {e}")))
 }
 
 /// A gRPC failure status as a counted error.
@@ -261,7 +250,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        let framed = frame(&answer.encode_to_vec()).unwrap();
+        let framed = nereid_proto::frame::encode(&answer).unwrap();
         assert_eq!(decode(framed.clone()).unwrap(), answer);
 
         let e = decode(framed.slice(..3)).unwrap_err();

@@ -12,11 +12,9 @@ use bytes::Bytes;
 use http::HeaderValue;
 use nereid_proto::inference::ModelInferRequest;
 use nereid_proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use prost::Message;
 
 use crate::binary_ext::{self, EncodedRequest};
 use crate::error::{Error, Result};
-use crate::grpc_client;
 use crate::tensor::InputTensor;
 
 /// The wire protocol of a run.
@@ -84,7 +82,7 @@ impl PreparedRequest {
             }
             Protocol::Grpc => {
                 let message = grpc_request(target, inputs, &outputs);
-                let framed = grpc_client::frame(&message.encode_to_vec())?;
+                let framed = nereid_proto::frame::encode(&message).map_err(|e| Error::Invalid(e.to_string()))?;
                 Payload::Grpc { message, framed }
             }
         };
@@ -171,12 +169,11 @@ mod tests {
         let Payload::Grpc { message: m, framed } = r.payload else {
             panic!("not grpc")
         };
-        assert_eq!(framed[0], 0, "not compressed");
-        assert_eq!(
-            u32::from_be_bytes(framed[1..5].try_into().unwrap()) as usize,
-            framed.len() - 5
-        );
-        assert_eq!(ModelInferRequest::decode(framed.slice(5..)).unwrap(), m);
+        let prefix = nereid_proto::frame::Prefix::read(&framed).unwrap();
+        assert_eq!(prefix.flag, 0, "not compressed");
+        assert_eq!(prefix.length, framed.len() - nereid_proto::frame::PREFIX_LEN);
+        let message = framed.slice(nereid_proto::frame::PREFIX_LEN..);
+        assert_eq!(<ModelInferRequest as prost::Message>::decode(message).unwrap(), m);
         assert_eq!(m.model_version, "1");
         assert_eq!(m.inputs[0].shape, vec![1, 2]);
         assert_eq!(m.outputs[0].name, "OUTPUT0");

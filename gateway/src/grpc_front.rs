@@ -19,6 +19,7 @@ use bytes::Bytes;
 use h2::RecvStream;
 use h2::server::SendResponse;
 use http::{Request, Response};
+use nereid_proto::frame::{PREFIX_LEN, Prefix};
 use nereid_proto::inference::repository_index_response::ModelIndex;
 use nereid_proto::inference::{
     RepositoryIndexRequest, RepositoryIndexResponse, ServerLiveResponse, ServerMetadataResponse, ServerReadyResponse,
@@ -171,12 +172,9 @@ impl FirstMessage {
         if decides {
             return true;
         }
-        let header: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).take(5).collect();
-        match header.get(1..5) {
-            Some(length) => {
-                let length = u32::from_be_bytes([length[0], length[1], length[2], length[3]]) as usize;
-                total >= 5 + length
-            }
+        let prefix: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).take(PREFIX_LEN).collect();
+        match Prefix::read(&prefix) {
+            Some(prefix) => total >= PREFIX_LEN + prefix.length,
             None => false,
         }
     }
@@ -289,10 +287,7 @@ mod tests {
         let mut message = vec![0x32, 0xe8, 0x07];
         message.extend(std::iter::repeat_n(7u8, 1000));
         message.extend([0x0a, 2, b'm', b'x']);
-        let mut frame = vec![0];
-        frame.extend((message.len() as u32).to_be_bytes());
-        frame.extend(message);
-        frame
+        nereid_proto::frame::frame(&message).unwrap().to_vec()
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! status, or a status alone ("trailers-only", as gRPC sends an error that
 //! comes before any message).
 
-use bytes::{BufMut, BytesMut};
 use http::{HeaderMap, HeaderValue, Response, header};
 
 use crate::reply_body::Reply;
@@ -17,6 +16,7 @@ pub enum Code {
     FailedPrecondition = 9,
     ResourceExhausted = 8,
     Unimplemented = 12,
+    Internal = 13,
     Unavailable = 14,
 }
 
@@ -24,15 +24,14 @@ const GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
 
 /// `message` as a gRPC answer, with status OK.
 pub fn message(message: &impl prost::Message) -> Response<Reply> {
-    let length = message.encoded_len();
-    let mut frame = BytesMut::with_capacity(5 + length);
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
-    message.encode(&mut frame).expect("the buffer was sized to the message");
+    let frame = match nereid_proto::frame::encode(message) {
+        Ok(frame) => frame,
+        Err(e) => return status(Code::Internal, &e.to_string()),
+    };
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", HeaderValue::from(Code::Ok as i32));
     let mut response = Response::new(Reply::Local {
-        data: Some(frame.freeze()),
+        data: Some(frame),
         trailers: Some(trailers),
     });
     response.headers_mut().insert(header::CONTENT_TYPE, GRPC);

@@ -7,6 +7,7 @@
 //! skipping every other field by its length: tensors are never decoded or
 //! copied, and the message is forwarded exactly as it came.
 
+use nereid_proto::frame::{PREFIX_LEN, Prefix};
 use thiserror::Error;
 
 /// What an HTTP path asks for.
@@ -89,14 +90,13 @@ pub enum FrameError {
 /// waiting for (or joining) the rest. [`FrameError::Incomplete`] asks for
 /// more; a message that is whole and still runs short is malformed.
 pub fn from_grpc_message(body: &[u8]) -> Result<Option<&str>, FrameError> {
-    let header = body.get(..5).ok_or(FrameError::Incomplete)?;
-    match header[0] {
+    let Prefix { flag, length } = Prefix::read(body).ok_or(FrameError::Incomplete)?;
+    match flag {
         0 => {}
         1 => return Err(FrameError::Compressed),
         _ => return Err(FrameError::Malformed("the compressed flag is neither 0 nor 1")),
     }
-    let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
-    let available = &body[5..];
+    let available = &body[PREFIX_LEN..];
     let complete = available.len() >= length;
     let short = |what| {
         if complete {
@@ -203,10 +203,7 @@ mod tests {
             message.push(length as u8);
             message.extend_from_slice(value);
         }
-        let mut frame = vec![0];
-        frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        frame.extend(message);
-        frame
+        nereid_proto::frame::frame(&message).unwrap().to_vec()
     }
 
     #[test]
@@ -222,12 +219,7 @@ mod tests {
     fn the_name_of_real_requests() {
         use nereid_proto::inference::{ModelInferRequest, ModelReadyRequest};
         use prost::Message;
-        let grpc = |message: Vec<u8>| {
-            let mut frame = vec![0];
-            frame.extend_from_slice(&(message.len() as u32).to_be_bytes());
-            frame.extend(message);
-            frame
-        };
+        let grpc = |message: Vec<u8>| nereid_proto::frame::frame(&message).unwrap();
         let infer = ModelInferRequest {
             model_name: "resnet".into(),
             model_version: "2".into(),

@@ -12,6 +12,7 @@
 //! | [`health::v1::health_server`], [`health::v1::health_client`] | service `grpc.health.v1.Health` | `grpc/health/v1/health.proto` |
 //! | [`keda`], [`keda::external_scaler_server`], [`keda::external_scaler_client`] | `externalscaler` (KEDA's External Scaler) | `keda/externalscaler.proto` |
 //! | [`FILE_DESCRIPTOR_SET`], [`descriptor_pool`] | all of the above, for `prost-reflect` | |
+//! | [`frame`] | gRPC's length-prefixed message framing, for the paths that go around tonic | |
 //!
 //! The `inference` package matches Triton Inference Server's gRPC protocol
 //! and model configuration on the wire (names, field numbers and types), so
@@ -22,11 +23,12 @@ use std::sync::LazyLock;
 
 use prost_reflect::DescriptorPool;
 
+pub mod datatype;
+pub mod frame;
+
 /// Triton / KServe v2 inference protocol and Triton's model configuration
 /// (proto package `inference`).
 #[allow(clippy::all, clippy::pedantic, clippy::nursery, missing_docs, rustdoc::all)]
-pub mod datatype;
-
 pub mod inference {
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
 }

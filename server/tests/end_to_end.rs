@@ -495,9 +495,8 @@ async fn grpc_model_infer_answers_as_tonic_does() {
 
     use prost::Message as _;
     let framed = |flag: u8, message: &[u8]| {
-        let mut out = vec![flag];
-        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        out.extend_from_slice(message);
+        let mut out = nereid_proto::frame::frame(message).unwrap().to_vec();
+        out[0] = flag;
         out
     };
     let path = "/inference.GRPCInferenceService/ModelInfer";
@@ -527,7 +526,6 @@ async fn grpc_model_infer_answers_as_tonic_does() {
 async fn grpc_calls_past_their_deadline_are_cancelled() {
     let repo = slow_identity_repo("deadline", 1000);
     let server = TestServer::start(&repo, &[]);
-    use prost::Message as _;
     let request = ModelInferRequest {
         model_name: "slow".into(),
         inputs: vec![InferInputTensor {
@@ -539,9 +537,7 @@ async fn grpc_calls_past_their_deadline_are_cancelled() {
         raw_input_contents: vec![vec![0u8; 4].into()],
         ..Default::default()
     };
-    let mut framed = vec![0u8];
-    framed.extend_from_slice(&(request.encoded_len() as u32).to_be_bytes());
-    request.encode(&mut framed).unwrap();
+    let framed = nereid_proto::frame::encode(&request).unwrap().to_vec();
     let infer = "/inference.GRPCInferenceService/ModelInfer";
     let deadline = [("grpc-timeout", "100m")];
     let (code, message) = raw_grpc_call(&server.grpc, infer, &deadline, framed.clone()).await;

@@ -20,11 +20,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures::future::Either;
 use http::{HeaderMap, HeaderValue};
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
+use nereid_proto::frame::{self, FrameError, PREFIX_LEN, Prefix};
 use nereid_proto::inference::ModelInferRequest;
 use prost::Message;
 use tonic::Status;
@@ -36,9 +37,6 @@ use crate::server::InferenceServer;
 
 /// The call this module answers.
 const PATH: &str = "/inference.GRPCInferenceService/ModelInfer";
-
-/// A gRPC message's prefix: the compressed flag and the length.
-const PREFIX: usize = 5;
 
 #[derive(Clone)]
 pub struct ModelInferLayer {
@@ -167,8 +165,8 @@ async fn read_message(mut body: Body, limit: usize) -> Result<(Bytes, Option<Hea
         if length.is_none() {
             let received = joined.as_deref().unwrap_or(&first);
             // Refused as soon as the prefix is in, before the rest is held.
-            if received.len() >= PREFIX {
-                length = Some(prefix(received, limit)?);
+            if let Some(prefix) = Prefix::read(received) {
+                length = Some(checked_length(prefix, limit)?);
             }
         }
     }
@@ -179,15 +177,15 @@ async fn read_message(mut body: Body, limit: usize) -> Result<(Bytes, Option<Hea
             false => Status::internal("Unexpected EOF decoding stream."),
         });
     };
-    if received.len() - PREFIX < length {
+    if received.len() - PREFIX_LEN < length {
         return Err(Status::internal("Unexpected EOF decoding stream."));
     }
-    Ok((received.slice(PREFIX..PREFIX + length), trailers))
+    Ok((received.slice(PREFIX_LEN..PREFIX_LEN + length), trailers))
 }
 
 /// Checks a message's prefix and returns the message's length.
-fn prefix(received: &[u8], limit: usize) -> Result<usize, Status> {
-    match received[0] {
+fn checked_length(prefix: Prefix, limit: usize) -> Result<usize, Status> {
+    match prefix.flag {
         0 => {}
         1 => {
             return Err(Status::internal(
@@ -200,7 +198,7 @@ fn prefix(received: &[u8], limit: usize) -> Result<usize, Status> {
             )));
         }
     }
-    let length = u32::from_be_bytes([received[1], received[2], received[3], received[4]]) as usize;
+    let length = prefix.length;
     if length > limit {
         return Err(Status::out_of_range(format!(
             "Error, decoded message length too large: found {length} bytes, the limit is: {limit} bytes"
@@ -217,18 +215,12 @@ fn encode(reply: &impl Message, limit: usize) -> Result<Bytes, Status> {
             "Error, encoded message length too large: found {length} bytes, the limit is: {limit} bytes"
         )));
     }
-    let length32 = u32::try_from(length).map_err(|_| {
-        Status::resource_exhausted(format!(
+    frame::encode(reply).map_err(|e| match e {
+        FrameError::TooLarge(length) => Status::resource_exhausted(format!(
             "Cannot return body with more than 4GB of data but got {length} bytes"
-        ))
-    })?;
-    let mut buffer = BytesMut::with_capacity(PREFIX + length);
-    buffer.put_u8(0);
-    buffer.put_u32(length32);
-    reply
-        .encode(&mut buffer)
-        .map_err(|e| Status::internal(format!("Error encoding: {e}")))?;
-    Ok(buffer.freeze())
+        )),
+        FrameError::Encode(e) => Status::internal(format!("Error encoding: {e}")),
+    })
 }
 
 /// A unary answer: its one message, then `grpc-status: 0`.
@@ -270,10 +262,10 @@ mod tests {
 
     use super::*;
 
+    /// `message` framed, with `flag` where the compressed flag goes.
     fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
-        let mut out = vec![flag];
-        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        out.extend_from_slice(message);
+        let mut out = frame::frame(message).unwrap().to_vec();
+        out[0] = flag;
         out
     }
 
@@ -296,7 +288,7 @@ mod tests {
             .unwrap();
         assert_eq!(message, &b"hello"[..]);
         assert!(trailers.is_none());
-        assert_eq!(message.as_ptr(), frame[PREFIX..].as_ptr(), "not copied");
+        assert_eq!(message.as_ptr(), frame[PREFIX_LEN..].as_ptr(), "not copied");
 
         let split = vec![whole[..2].to_vec(), whole[2..6].to_vec(), whole[6..].to_vec()];
         assert_eq!(read(split, 100).await.unwrap(), &b"hello"[..]);
@@ -342,8 +334,8 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_message_is_refused_before_the_rest_of_it_arrives() {
         // The prefix says 1 MiB; the stream never ends after it.
-        let mut prefix = vec![0];
-        prefix.extend_from_slice(&(1u32 << 20).to_be_bytes());
+        let mut prefix = framed(0, &vec![0; 1 << 20]);
+        prefix.truncate(PREFIX_LEN);
         let frames = futures::stream::iter([Ok::<_, Status>(Frame::data(Bytes::from(prefix)))])
             .chain(futures::stream::pending());
         let body = Body::new(http_body_util::StreamBody::new(frames));
@@ -358,7 +350,7 @@ mod tests {
             ..Default::default()
         };
         let data = encode(&reply, 1024).unwrap();
-        assert_eq!(&data[..PREFIX], &[0, 0, 0, 0, reply.encoded_len() as u8]);
+        assert_eq!(&data[..PREFIX_LEN], &[0, 0, 0, 0, reply.encoded_len() as u8]);
         let mut body = UnaryBody {
             data: Some(data.clone()),
             trailers: true,
