@@ -44,6 +44,8 @@ impl Prefix {
 /// Why a message could not be framed.
 #[derive(Debug)]
 pub enum FrameError {
+    /// The message is longer than the caller allows.
+    OverLimit { length: usize, limit: usize },
     /// The message is longer than a `u32` length can say.
     TooLarge(usize),
     /// prost could not encode the message.
@@ -53,6 +55,9 @@ pub enum FrameError {
 impl fmt::Display for FrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            FrameError::OverLimit { length, limit } => {
+                write!(f, "a gRPC message of {length} bytes is over the limit of {limit} bytes")
+            }
             FrameError::TooLarge(length) => {
                 write!(
                     f,
@@ -76,7 +81,17 @@ pub fn frame(message: &[u8]) -> Result<Bytes, FrameError> {
 /// `message` encoded and framed uncompressed, in one buffer allocated
 /// once at its final size.
 pub fn encode(message: &impl prost::Message) -> Result<Bytes, FrameError> {
-    let mut framed = with_prefix(message.encoded_len())?;
+    encode_within(message, usize::MAX)
+}
+
+/// Like [`encode`], for a message that may be at most `limit` bytes long,
+/// which is checked before anything is allocated or encoded.
+pub fn encode_within(message: &impl prost::Message, limit: usize) -> Result<Bytes, FrameError> {
+    let length = message.encoded_len();
+    if length > limit {
+        return Err(FrameError::OverLimit { length, limit });
+    }
+    let mut framed = with_prefix(length)?;
     message.encode(&mut framed).map_err(FrameError::Encode)?;
     Ok(framed.freeze())
 }
@@ -128,6 +143,20 @@ mod tests {
             &framed[PREFIX_LEN..],
             prost::Message::encode_to_vec(&request).as_slice()
         );
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_refused() {
+        let request = crate::inference::ModelReadyRequest {
+            name: "resnet".into(),
+            version: String::new(),
+        };
+        let length = prost::Message::encoded_len(&request);
+        assert_eq!(encode_within(&request, length).unwrap().len(), PREFIX_LEN + length);
+        assert!(matches!(
+            encode_within(&request, length - 1),
+            Err(FrameError::OverLimit { length: l, limit }) if l == length && limit == length - 1
+        ));
     }
 
     #[test]

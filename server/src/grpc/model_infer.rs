@@ -209,13 +209,10 @@ fn checked_length(prefix: Prefix, limit: usize) -> Result<usize, Status> {
 
 /// The answer's prefix and message in one buffer.
 fn encode(reply: &impl Message, limit: usize) -> Result<Bytes, Status> {
-    let length = reply.encoded_len();
-    if length > limit {
-        return Err(Status::out_of_range(format!(
+    frame::encode_within(reply, limit).map_err(|e| match e {
+        FrameError::OverLimit { length, limit } => Status::out_of_range(format!(
             "Error, encoded message length too large: found {length} bytes, the limit is: {limit} bytes"
-        )));
-    }
-    frame::encode(reply).map_err(|e| match e {
+        )),
         FrameError::TooLarge(length) => Status::resource_exhausted(format!(
             "Cannot return body with more than 4GB of data but got {length} bytes"
         )),
