@@ -11,8 +11,6 @@
 //! caller's to say: the server answers in tonic's terms, the gateway and
 //! the load generator in their own.
 
-use std::fmt;
-
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// The bytes in front of every message: the compressed flag and the length.
@@ -42,34 +40,18 @@ impl Prefix {
 }
 
 /// Why a message could not be framed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     /// The message is longer than the caller allows.
+    #[error("a gRPC message of {length} bytes is over the limit of {limit} bytes")]
     OverLimit { length: usize, limit: usize },
     /// The message is longer than a `u32` length can say.
+    #[error("a gRPC message of {0} bytes is longer than 4 GiB, the most its prefix can say")]
     TooLarge(usize),
     /// prost could not encode the message.
+    #[error("the gRPC message could not be encoded: {0}")]
     Encode(prost::EncodeError),
 }
-
-impl fmt::Display for FrameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FrameError::OverLimit { length, limit } => {
-                write!(f, "a gRPC message of {length} bytes is over the limit of {limit} bytes")
-            }
-            FrameError::TooLarge(length) => {
-                write!(
-                    f,
-                    "a gRPC message of {length} bytes is longer than 4 GiB, the most its prefix can say"
-                )
-            }
-            FrameError::Encode(e) => write!(f, "the gRPC message could not be encoded: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {}
 
 /// `message`, already encoded, framed uncompressed in one new buffer.
 pub fn frame(message: &[u8]) -> Result<Bytes, FrameError> {
