@@ -104,7 +104,7 @@ impl Infer {
     }
 
     /// Sends `framed`, a whole `ModelInferRequest` as one gRPC message
-    /// ([`frame`]), and decodes the answer.
+    /// ([`nereid_proto::frame::encode`]), and decodes the answer.
     pub async fn call(&mut self, framed: Bytes) -> Result<ModelInferResponse> {
         let transport = |e: h2::Error| Error::Transport(format!("gRPC: {e}"));
         std::future::poll_fn(|cx| self.sender.poll_ready(cx))
@@ -161,7 +161,7 @@ async fn read_message(body: &mut RecvStream) -> Result<Bytes> {
     let mut joined = BytesMut::from(&first[..]);
     let mut chunk = second;
     loop {
-        if joined.len() + chunk.len() > 5 + MAX_MESSAGE {
+        if joined.len() + chunk.len() > PREFIX_LEN + MAX_MESSAGE {
             return Err(Error::Protocol(format!("gRPC answer longer than {MAX_MESSAGE} bytes")));
         }
         joined.extend_from_slice(&chunk);
