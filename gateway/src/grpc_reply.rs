@@ -3,6 +3,7 @@
 //! comes before any message).
 
 use http::{HeaderMap, HeaderValue, Response, header};
+use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
 
 use crate::reply_body::Reply;
 
@@ -50,18 +51,12 @@ pub fn status(code: Code, text: &str) -> Response<Reply> {
     response
 }
 
-/// `grpc-message` is percent-encoded: every byte outside printable ASCII,
-/// and `%` itself.
+/// What `grpc-message` percent-encodes: every byte outside printable ASCII
+/// (the controls here, every non-ASCII byte always), and `%` itself.
+const GRPC_MESSAGE: &AsciiSet = &CONTROLS.add(b'%');
+
 fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(text, GRPC_MESSAGE).to_string()
 }
 
 #[cfg(test)]

@@ -53,21 +53,21 @@ pub fn from_http_path(path: &str) -> Result<HttpRoute, PathError> {
     }
 }
 
+/// The model name from its path segment. The crate passes a malformed
+/// escape (`%zz`, `%4` at the end) through as text; such a name is refused
+/// instead, so that no pod is asked for a name the client did not write.
 fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if bytes[index] == b'%' {
-            let hex = text.get(index + 1..index + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            index += 3;
-        } else {
-            out.push(bytes[index]);
-            index += 1;
-        }
+    let escapes_valid = text.split('%').skip(1).all(|after| {
+        after
+            .as_bytes()
+            .get(..2)
+            .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !escapes_valid {
+        return None;
     }
-    String::from_utf8(out).ok()
+    let decoded = percent_encoding::percent_decode_str(text).decode_utf8().ok()?;
+    Some(decoded.into_owned())
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -183,10 +183,15 @@ mod tests {
             from_http_path("/v2/models/%ff/infer"),
             Err(PathError::BadEncoding(_))
         ));
-        assert!(matches!(
-            from_http_path("/v2/models/%4/infer"),
-            Err(PathError::BadEncoding(_))
-        ));
+        for bad in ["%4", "%+1", "%zz", "a%"] {
+            assert!(
+                matches!(
+                    from_http_path(&format!("/v2/models/{bad}/infer")),
+                    Err(PathError::BadEncoding(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 
     /// A gRPC frame around a message made of `(field, bytes)` string fields
