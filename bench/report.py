@@ -79,6 +79,25 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def wake_cost(results: Path) -> str:
+    """The header's sentence on bench/wake_cost.py's figures, or nothing when they are missing."""
+    path = results / "wake-cost.json"
+    if not path.exists():
+        return ""
+    wake = json.loads(path.read_text())
+    same = wake["same_core"]
+    text = f"A pipe round trip between two processes takes {same['p50_us']} us p50 on one core"
+    if cross := wake.get("cross_core"):
+        text += f" and {cross['p50_us']} us across two (p99 {cross['p99_us']})"
+    if wake.get("guest_halt_poll_ns") is not None:
+        text += f"; the guest's halt polling is {wake['guest_halt_poll_ns']} ns (Linux's default 200000"
+        machine = results / "machine-guest-halt-poll-ns.txt"
+        if machine.exists():
+            text += f"; set for this run by `--guest-halt-poll-ns`, the machine's own is {machine.read_text().strip()}"
+        text += ")"
+    return text + ": every batched request pays the cross-core wake-up several times (bench/wake_cost.py). "
+
+
 def fmt_ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
@@ -117,7 +136,9 @@ def build(results: Path) -> str:
         f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}, no GPU. "
         "Identity and the echo servers it is read against run pinned to core 0 with the load generator "
         "(nereid-perf) on core 1; the MLPs and their echo baseline run unpinned, since ONNX Runtime needs "
-        "both cores. Throughput is successful inferences per second; latencies are per request, measured "
+        "both cores. "
+        f"{wake_cost(results)}"
+        "Throughput is successful inferences per second; latencies are per request, measured "
         "by the client; server CPU per request is the server's user + system time from /proc over the "
         "windows the throughput comes from, divided by the requests answered in them. Ratios compare "
         "against baselines measured in the same run.\n"
