@@ -90,11 +90,7 @@ def wake_cost(results: Path) -> str:
     if cross := wake.get("cross_core"):
         text += f" and {cross['p50_us']} us across two (p99 {cross['p99_us']})"
     if wake.get("guest_halt_poll_ns") is not None:
-        text += f"; the guest's halt polling is {wake['guest_halt_poll_ns']} ns (Linux's default 200000"
-        machine = results / "machine-guest-halt-poll-ns.txt"
-        if machine.exists():
-            text += f"; set for this run by `--guest-halt-poll-ns`, the machine's own is {machine.read_text().strip()}"
-        text += ")"
+        text += f"; the guest's halt polling is {wake['guest_halt_poll_ns']} ns (Linux's default 200000)"
     return text + ": every batched request pays the cross-core wake-up several times (bench/wake_cost.py). "
 
 

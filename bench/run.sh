@@ -30,29 +30,14 @@
 # a timing. Everything talks to 127.0.0.1 only and every process it starts is
 # stopped by PID.
 #
-#   bench/run.sh [--quick] [--guest-halt-poll-ns NS]
-#
-#   --quick                  shorter windows and one round, for a smoke run
-#   --guest-halt-poll-ns NS  on a KVM guest whose idle vCPUs halt at once
-#                            (guest_halt_poll_ns 0), poll NS first for this run,
-#                            as Linux's default (200000) does, and put the
-#                            setting back at the end; needs root. Section 0 and
-#                            the report's header say what the run had.
+#   bench/run.sh [--quick]     (--quick: shorter windows and one round, for a smoke run)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$repo/scripts/setup.sh"
 cd "$repo"
 
-interval=2000 rounds=3 halt_poll=
-while [ $# -gt 0 ]; do
-    case $1 in
-        --quick) interval=500 rounds=1 ;;
-        --guest-halt-poll-ns) halt_poll=${2:?--guest-halt-poll-ns needs a value}; shift ;;
-        *) echo "bench/run.sh: unknown argument $1" >&2; exit 2 ;;
-    esac
-    shift
-done
-halt_poll_file=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+interval=2000 rounds=3
+if [ "${1:-}" = "--quick" ]; then interval=500 rounds=1; fi
 
 "$repo/.venv/bin/python" bench/generate_mlp_large.py
 cargo build --release --locked -p nereid-server -p nereid-bench
@@ -61,21 +46,12 @@ out="$repo/bench/results"
 rm -rf "$out" && mkdir -p "$out"
 git describe --always --dirty >"$out/commit.txt"
 
-pids=() machine_halt_poll=
+pids=()
 cleanup() {
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    if [ -n "$machine_halt_poll" ]; then echo "$machine_halt_poll" >"$halt_poll_file"; fi
 }
 trap cleanup EXIT
-
-if [ -n "$halt_poll" ]; then
-    [ -w "$halt_poll_file" ] || { echo "bench/run.sh: $halt_poll_file is not writable here" >&2; exit 2; }
-    # Recorded for the report, which says the run changed the machine's setting.
-    cat "$halt_poll_file" >"$out/machine-guest-halt-poll-ns.txt"
-    machine_halt_poll=$(cat "$halt_poll_file")
-    echo "$halt_poll" >"$halt_poll_file"
-fi
 
 source "$repo/bench/wait_for_line.sh"
 
