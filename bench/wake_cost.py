@@ -29,32 +29,41 @@ CPUIDLE_DRIVER = Path("/sys/devices/system/cpu/cpuidle/current_driver")
 
 
 def round_trips(parent_core: int, child_core: int, n: int) -> list[int]:
-    """Nanoseconds per round trip, sorted; the child answers each byte with one."""
+    """Nanoseconds per round trip, sorted; the child answers each byte with one.
+
+    Each side closes the pipe ends it does not use, so that either one
+    ending early shows the other an end of file instead of a read that
+    never returns.
+    """
     allowed = os.sched_getaffinity(0)
     to_child_r, to_child_w = os.pipe()
     to_parent_r, to_parent_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
+            os.close(to_child_w)
+            os.close(to_parent_r)
             os.sched_setaffinity(0, {child_core})
-            for _ in range(n):
-                os.read(to_child_r, 1)
+            while os.read(to_child_r, 1):
                 os.write(to_parent_w, b"x")
         finally:
             os._exit(0)
+    os.close(to_child_r)
+    os.close(to_parent_w)
     try:
         os.sched_setaffinity(0, {parent_core})
         samples = []
         for _ in range(n):
             start = time.perf_counter_ns()
             os.write(to_child_w, b"x")
-            os.read(to_parent_r, 1)
+            if not os.read(to_parent_r, 1):
+                raise RuntimeError(f"the process pinned to core {child_core} stopped answering")
             samples.append(time.perf_counter_ns() - start)
     finally:
+        os.close(to_child_w)
+        os.close(to_parent_r)
         os.waitpid(pid, 0)
         os.sched_setaffinity(0, allowed)
-        for fd in (to_child_r, to_child_w, to_parent_r, to_parent_w):
-            os.close(fd)
     return sorted(samples)
 
 
