@@ -159,6 +159,9 @@ struct FirstMessage {
     /// Whether the first chunk alone names the model (or is malformed: no
     /// use reading on), once it has been looked at.
     first_chunk_decides: Option<bool>,
+    /// Where the first message ends (its prefix included), once the whole
+    /// prefix has come.
+    end: Option<usize>,
 }
 
 impl FirstMessage {
@@ -172,11 +175,16 @@ impl FirstMessage {
         if decides {
             return true;
         }
-        let prefix: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).take(PREFIX_LEN).collect();
-        match Prefix::read(&prefix) {
-            Some(prefix) => total >= PREFIX_LEN + prefix.length,
-            None => false,
+        if self.end.is_none() {
+            let mut prefix = [0; PREFIX_LEN];
+            let mut filled = 0;
+            for (slot, byte) in prefix.iter_mut().zip(chunks.iter().flat_map(|chunk| chunk.iter())) {
+                *slot = *byte;
+                filled += 1;
+            }
+            self.end = Prefix::read(&prefix[..filled]).map(|prefix| PREFIX_LEN + prefix.length);
         }
+        self.end.is_some_and(|end| total >= end)
     }
 }
 
@@ -293,15 +301,18 @@ mod tests {
     #[test]
     fn a_stream_is_read_until_its_first_message_names_the_model() {
         let frame = name_last();
-        let chunks: Vec<Bytes> = frame.chunks(100).map(Bytes::copy_from_slice).collect();
-        let mut first = FirstMessage::default();
-        let mut total = 0;
-        for (index, chunk) in chunks.iter().enumerate() {
-            total += chunk.len();
-            let done = first.has_name(&chunks[..=index], total);
-            assert_eq!(done, index == chunks.len() - 1, "chunk {index}");
+        // Chunks of 1 and 3 bytes split the 5-byte prefix itself.
+        for size in [1, 3, 100] {
+            let chunks: Vec<Bytes> = frame.chunks(size).map(Bytes::copy_from_slice).collect();
+            let mut first = FirstMessage::default();
+            let mut total = 0;
+            for (index, chunk) in chunks.iter().enumerate() {
+                total += chunk.len();
+                let done = first.has_name(&chunks[..=index], total);
+                assert_eq!(done, index == chunks.len() - 1, "chunks of {size}, chunk {index}");
+            }
+            assert_eq!(name_of(&chunks), Ok(Some("mx".to_string())), "chunks of {size}");
         }
-        assert_eq!(name_of(&chunks), Ok(Some("mx".to_string())));
 
         // The name in the first chunk: nothing more is read.
         let mut first = FirstMessage::default();
