@@ -73,6 +73,17 @@ measure() {
 }
 levels=(--concurrency-list 1,8,32,64)
 
+# measure_both NAME PIN GRPC_URL HTTP_URL MODEL PID [extra flags]: measure
+# over gRPC, then HTTP, as NAME-grpc and NAME-http.
+measure_both() {
+    local name=$1 pin=$2 grpc_url=$3 http_url=$4; shift 4
+    measure "$name-grpc" "$pin" grpc "$grpc_url" "$@"
+    measure "$name-http" "$pin" http "$http_url" "$@"
+}
+
+# shape MODEL: the --shape of one request to MODEL.
+shape() { if [ "$1" = mlp_large ]; then echo INPUT0:1,1024; else echo INPUT0:1,256; fi; }
+
 # start_echo LOG PIN: starts nereid-echo, sets echo_pid, echo_http, echo_grpc.
 start_echo() {
     local runner=()
@@ -119,12 +130,11 @@ done
 
 echo "== 2. transport limit (bare tonic / hyper echo), pinned, then free for the MLPs' limit"
 start_echo "$out/echo.log" pinned
-measure echo-grpc pinned grpc "$echo_grpc" echo "$echo_pid" "${levels[@]}" --shape INPUT0:1,256 --datatype INPUT0:FP32
-measure echo-http pinned http "$echo_http" echo "$echo_pid" "${levels[@]}" --shape INPUT0:1,256 --datatype INPUT0:FP32
+measure_both echo pinned "$echo_grpc" "$echo_http" echo "$echo_pid" "${levels[@]}" --shape INPUT0:1,256 --datatype INPUT0:FP32
 stop "$echo_pid"
 start_echo "$out/echo-free.log" free
-measure echo-free-grpc free grpc "$echo_grpc" echo "$echo_pid" --concurrency-list 64 --shape INPUT0:1,256 --datatype INPUT0:FP32
-measure echo-free-http free http "$echo_http" echo "$echo_pid" --concurrency-list 64 --shape INPUT0:1,256 --datatype INPUT0:FP32
+measure_both echo-free free "$echo_grpc" "$echo_http" echo "$echo_pid" --concurrency-list 64 \
+    --shape INPUT0:1,256 --datatype INPUT0:FP32
 stop "$echo_pid"
 
 echo "== 3. nereid-server"
@@ -135,10 +145,7 @@ echo "idle RSS, examples/models: $(cat "$out/server-idle-rss-kib.txt") KiB"
 stop "$server_pid"
 
 start_server "$out/server-pinned.log" pinned examples/models
-for protocol in grpc http; do
-    url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
-    measure "server-identity-$protocol" pinned "$protocol" "$url" identity "$server_pid" "${levels[@]}" --shape INPUT0:1,256
-done
+measure_both server-identity pinned "$grpc" "$http" identity "$server_pid" "${levels[@]}" --shape INPUT0:1,256
 
 echo "== 4. profile: identity at c=32, server pinned"
 if profiler=$(type -P perf) && "$profiler" record -q -e cpu-clock -o /dev/null -- true >/dev/null 2>&1; then
@@ -167,11 +174,7 @@ start_server "$out/server.log" free examples/models bench/models
 grep VmRSS "/proc/$server_pid/status" | awk '{print $2}' >"$out/server-rss-kib.txt"
 echo "idle RSS, examples/models + bench/models: $(cat "$out/server-rss-kib.txt") KiB"
 for model in mlp_small mlp_large; do
-    for protocol in grpc http; do
-        url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
-        measure "server-$model-$protocol" free "$protocol" "$url" "$model" "$server_pid" "${levels[@]}" \
-            --shape INPUT0:1,$([ "$model" = mlp_large ] && echo 1024 || echo 256)
-    done
+    measure_both "server-$model" free "$grpc" "$http" "$model" "$server_pid" "${levels[@]}" --shape "$(shape "$model")"
 done
 
 stop "$server_pid"
@@ -185,37 +188,25 @@ echo "== 5. targets: $rounds alternating rounds"
 for round in $(seq 1 "$rounds"); do
     echo "-- round $round"
     start_echo "$out/round$round-echo.log" pinned
-    for protocol in grpc http; do
-        url=$([ "$protocol" = grpc ] && echo "$echo_grpc" || echo "$echo_http")
-        measure "round$round-echo-$protocol" pinned "$protocol" "$url" echo "$echo_pid" --concurrency-list 1,32 \
-            --shape INPUT0:1,256 --datatype INPUT0:FP32
-    done
+    measure_both "round$round-echo" pinned "$echo_grpc" "$echo_http" echo "$echo_pid" --concurrency-list 1,32 \
+        --shape INPUT0:1,256 --datatype INPUT0:FP32
     stop "$echo_pid"
     start_server "$out/round$round-server-pinned.log" pinned examples/models
-    for protocol in grpc http; do
-        url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
-        measure "round$round-server-identity-$protocol" pinned "$protocol" "$url" identity "$server_pid" \
-            --concurrency-list 1,32 --shape INPUT0:1,256
-    done
+    measure_both "round$round-server-identity" pinned "$grpc" "$http" identity "$server_pid" \
+        --concurrency-list 1,32 --shape INPUT0:1,256
     stop "$server_pid"
     for model in examples/models/mlp_small bench/models/mlp_large; do
         "$bin/nereid-compute-limit" --model "$model/1/model.onnx" --intra-op-threads "$cores" --batch-sizes 32,64 \
             --duration-ms "$interval" --json "$out/round$round-compute-$(basename "$model").json"
     done
     start_echo "$out/round$round-echo-free.log" free
-    for protocol in grpc http; do
-        url=$([ "$protocol" = grpc ] && echo "$echo_grpc" || echo "$echo_http")
-        measure "round$round-echo-free-$protocol" free "$protocol" "$url" echo "$echo_pid" --concurrency-list 64 \
-            --shape INPUT0:1,256 --datatype INPUT0:FP32
-    done
+    measure_both "round$round-echo-free" free "$echo_grpc" "$echo_http" echo "$echo_pid" --concurrency-list 64 \
+        --shape INPUT0:1,256 --datatype INPUT0:FP32
     stop "$echo_pid"
     start_server "$out/round$round-server.log" free examples/models bench/models
     for model in mlp_small mlp_large; do
-        for protocol in grpc http; do
-            url=$([ "$protocol" = grpc ] && echo "$grpc" || echo "$http")
-            measure "round$round-server-$model-$protocol" free "$protocol" "$url" "$model" "$server_pid" \
-                --concurrency-list 64 --shape INPUT0:1,$([ "$model" = mlp_large ] && echo 1024 || echo 256)
-        done
+        measure_both "round$round-server-$model" free "$grpc" "$http" "$model" "$server_pid" \
+            --concurrency-list 64 --shape "$(shape "$model")"
     done
     stop "$server_pid"
 done
