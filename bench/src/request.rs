@@ -126,6 +126,7 @@ fn grpc_request(target: &RequestTarget<'_>, inputs: &[InputTensor], outputs: &[S
 
 #[cfg(test)]
 mod tests {
+    use nereid_proto::frame::{PREFIX_LEN, Prefix};
     use serde_json::json;
 
     use super::*;
@@ -169,10 +170,10 @@ mod tests {
         let Payload::Grpc { message: m, framed } = r.payload else {
             panic!("not grpc")
         };
-        let prefix = nereid_proto::frame::Prefix::read(&framed).unwrap();
+        let prefix = Prefix::read(&framed).unwrap();
         assert_eq!(prefix.flag, 0, "not compressed");
-        assert_eq!(prefix.length, framed.len() - nereid_proto::frame::PREFIX_LEN);
-        let message = framed.slice(nereid_proto::frame::PREFIX_LEN..);
+        assert_eq!(prefix.length, framed.len() - PREFIX_LEN);
+        let message = framed.slice(PREFIX_LEN..);
         assert_eq!(<ModelInferRequest as prost::Message>::decode(message).unwrap(), m);
         assert_eq!(m.model_version, "1");
         assert_eq!(m.inputs[0].shape, vec![1, 2]);

@@ -331,8 +331,8 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_message_is_refused_before_the_rest_of_it_arrives() {
         // The prefix says 1 MiB; the stream never ends after it.
-        let mut prefix = framed(0, &vec![0; 1 << 20]);
-        prefix.truncate(PREFIX_LEN);
+        let mut prefix = vec![0];
+        prefix.extend_from_slice(&(1u32 << 20).to_be_bytes());
         let frames = futures::stream::iter([Ok::<_, Status>(Frame::data(Bytes::from(prefix)))])
             .chain(futures::stream::pending());
         let body = Body::new(http_body_util::StreamBody::new(frames));
