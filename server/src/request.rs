@@ -63,12 +63,13 @@ pub const TRACE_HEADERS: [&str; 2] = ["traceparent", "tracestate"];
 /// The client's W3C trace context, from whatever carries it (HTTP headers,
 /// gRPC metadata): the value of each of [`TRACE_HEADERS`], in its order. A
 /// front end looks them up with keys it made once: looking a header up by
-/// a `&str` parses the name every time.
+/// a `&str` parses the name every time. A header that is absent costs
+/// nothing: its name is copied only beside a value.
 pub fn trace_parent(values: [Option<&str>; 2]) -> Vec<(String, String)> {
     TRACE_HEADERS
         .iter()
         .zip(values)
-        .filter_map(|(name, value)| Some((name.to_string(), value?.to_string())))
+        .filter_map(|(name, value)| value.map(|value| ((*name).to_owned(), value.to_owned())))
         .collect()
 }
 
@@ -89,5 +90,27 @@ impl RequestedOutput {
             name: name.into(),
             ..RequestedOutput::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trace_context_keeps_only_the_headers_present_in_their_order() {
+        assert!(trace_parent([None, None]).is_empty());
+        assert_eq!(
+            trace_parent([None, Some("k=v")]),
+            vec![("tracestate".to_string(), "k=v".to_string())]
+        );
+        let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(
+            trace_parent([Some(parent), Some("k=v")]),
+            vec![
+                ("traceparent".to_string(), parent.to_string()),
+                ("tracestate".to_string(), "k=v".to_string())
+            ]
+        );
     }
 }
