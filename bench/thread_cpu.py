@@ -79,24 +79,35 @@ def wait_for(log: Path, pattern: str, process: subprocess.Popen, timeout_s: floa
 
 
 def start_target(args: argparse.Namespace, bin_dir: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """Starts the echo server or nereid-server; returns it and the address for the protocol."""
-    if args.echo:
-        with log.open("w") as out:
-            process = subprocess.Popen(
-                [bin_dir / "nereid-echo", "--address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
-                 "--input", "INPUT0:FP32:-1,256"],
-                stdout=out, stderr=subprocess.STDOUT,
-            )
-        line = wait_for(log, r"listening.*", process).group(0)
-        address = re.search(rf"{'grpc' if args.protocol == 'grpc' else 'http'}=(\S+)", line).group(1)
-        return process, address
-    repositories = [a for r in args.repository for a in ("--model-repository", r)]
+    """Starts the echo server or nereid-server; returns it and the address for the protocol.
+
+    A target that never becomes ready is stopped before the error goes up.
+    """
+    process = spawn_target(args, bin_dir, log)
+    try:
+        return process, ready_address(args, log, process)
+    except BaseException:
+        stop(process)
+        raise
+
+
+def spawn_target(args: argparse.Namespace, bin_dir: Path, log: Path) -> subprocess.Popen:
     with log.open("w") as out:
-        process = subprocess.Popen(
-            [bin_dir / "nereid-server", *repositories, "--http-address", "127.0.0.1", "--http-port", "0",
-             "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "0"],
-            stdout=out, stderr=subprocess.STDOUT,
-        )
+        if args.echo:
+            command = [bin_dir / "nereid-echo", "--address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0",
+                       "--input", "INPUT0:FP32:-1,256"]
+        else:
+            repositories = [a for r in args.repository for a in ("--model-repository", r)]
+            command = [bin_dir / "nereid-server", *repositories, "--http-address", "127.0.0.1", "--http-port", "0",
+                       "--grpc-address", "127.0.0.1", "--grpc-port", "0", "--metrics-port", "0"]
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+
+def ready_address(args: argparse.Namespace, log: Path, process: subprocess.Popen) -> str:
+    """The target's address for the protocol, once it listens (and, for the server, the model is ready)."""
+    if args.echo:
+        line = wait_for(log, r"listening.*", process).group(0)
+        return re.search(rf"{'grpc' if args.protocol == 'grpc' else 'http'}=(\S+)", line).group(1)
     http = wait_for(log, r"Started HTTPService at ([0-9.:]+)", process).group(1)
     grpc = wait_for(log, r"Started GRPCInferenceService at ([0-9.:]+)", process).group(1)
     # The ports open before every model has loaded.
@@ -105,11 +116,11 @@ def start_target(args: argparse.Namespace, bin_dir: Path, log: Path) -> tuple[su
         try:
             with urllib.request.urlopen(f"http://{http}/v2/models/{args.model}/ready", timeout=5):
                 break
-        except OSError as e:  # refused, or HTTP 400 while it loads
+        except OSError as e:  # refused, or an HTTP error status while it loads
             if time.monotonic() > deadline or process.poll() is not None:
                 raise RuntimeError(f"model '{args.model}' did not become ready: {e}\n{log.read_text()}") from e
             time.sleep(0.1)
-    return process, grpc if args.protocol == "grpc" else http
+    return grpc if args.protocol == "grpc" else http
 
 
 def stop(process: subprocess.Popen) -> None:
