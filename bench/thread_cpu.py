@@ -10,7 +10,8 @@ server), loads it with nereid-perf at one concurrency, and reads
 `/proc/<pid>/task/*/{stat,status}` of both processes and `/proc/stat` over a
 window inside the load. Threads are grouped by name: the server's I/O
 threads are `nereid-io`, an instance thread is `<model>-<version>-<index>`
-(ONNX Runtime's pool threads inherit it), nereid-perf's are tokio's.
+(ONNX Runtime's pool threads inherit it; Linux keeps 15 characters of a
+name), nereid-perf's are tokio's.
 
     source scripts/setup.sh   # ONNX Runtime's library, for the server's ONNX models
     python3 bench/thread_cpu.py [--echo] [--model mlp_small] [--protocol http] [-c 64]
@@ -164,6 +165,8 @@ def measure_in(args: argparse.Namespace, work: Path) -> dict:
         if load.wait(timeout=60) != 0:
             raise RuntimeError(f"nereid-perf failed:\n{(work / 'perf.log').read_text()}")
         rate = json.loads((work / "perf.json").read_text())[0]["throughput"]
+        if rate <= 0:
+            raise RuntimeError(f"no request succeeded:\n{(work / 'perf.log').read_text()}")
     finally:
         if load is not None and load.poll() is None:
             load.kill()
