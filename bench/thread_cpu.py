@@ -39,6 +39,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# nereid-perf's warm-up, then its one window: the window read from /proc
+# starts MARGIN_S after the warm-up and ends MARGIN_S before the window does,
+# so nereid-perf's rate is the rate over it (its start-up, well under a
+# margin, comes out of the first one).
+WARMUP_S = 1.0
+MARGIN_S = 0.75
 
 
 def thread_groups(pid: int) -> dict[str, list[int]]:
@@ -146,17 +152,16 @@ def measure_in(args: argparse.Namespace, work: Path) -> dict:
     try:
         model = "echo" if args.echo else args.model
         extra = ["--datatype", "INPUT0:FP32"] if args.echo else []
-        # One window of nereid-perf that encloses the one read here, so its
-        # throughput is the rate over this window too.
         with (work / "perf.log").open("w") as perf_log:
             load = subprocess.Popen(
                 [bin_dir / "nereid-perf", "--protocol", args.protocol, "-u", address, "-m", model,
                  "--shape", args.shape, *extra, "--concurrency-list", str(args.concurrency),
-                 "--warmup", "1000", "--measurement-interval", str(int(args.seconds * 1000) + 1000),
+                 "--warmup", str(int(WARMUP_S * 1000)),
+                 "--measurement-interval", str(int((args.seconds + 2 * MARGIN_S) * 1000)),
                  "--max-trials", "1", "--json", work / "perf.json"],
                 stdout=subprocess.DEVNULL, stderr=perf_log,
             )
-        time.sleep(1.8)
+        time.sleep(WARMUP_S + MARGIN_S)
         before = {"server": thread_groups(target.pid), "client": thread_groups(load.pid)}
         machine_before = machine_ticks()
         time.sleep(args.seconds)
