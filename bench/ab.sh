@@ -40,7 +40,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-source "$repo/bench/wait_for_line.sh"
+source "$repo/bench/serve.sh"
 
 # measure NAME ADDRESS MODEL [flags]: one line per concurrency level.
 measure() {
@@ -62,11 +62,10 @@ for round in $(seq 1 "$rounds"); do
     measure echo "$address" echo --datatype INPUT0:FP32
     stop
     for server in "$@"; do
-        taskset -c 0 "$server" --model-repository examples/models --http-address 127.0.0.1 --http-port 0 \
-            --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$log/server.log" 2>&1 &
+        taskset -c 0 "$server" --model-repository examples/models "${local_ports[@]}" >"$log/server.log" 2>&1 &
         pid=$!
-        if [ "$protocol" = grpc ]; then started="Started GRPCInferenceService"; else started="Started HTTPService"; fi
-        address=$(wait_for_line "$log/server.log" "$started" | sed -E 's/.*at ([0-9.:]+).*/\1/')
+        server_addresses "$log/server.log"
+        if [ "$protocol" = grpc ]; then address=$grpc; else address=$http; fi
         sleep 1
         measure "$server" "$address" identity
         stop

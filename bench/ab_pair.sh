@@ -41,7 +41,7 @@ source "$repo/scripts/setup.sh"
 cd "$repo"
 bin="$repo/target/release"
 log=$(mktemp -d)
-source "$repo/bench/wait_for_line.sh"
+source "$repo/bench/serve.sh"
 
 pids=()
 cleanup() {
@@ -56,16 +56,13 @@ for r in "${repositories[@]}"; do repository_flags+=(--model-repository "$r"); d
 
 # start NAME BINARY: starts a server in the background (its PID kept for the clean-up).
 start() {
-    "$2" "${repository_flags[@]}" --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 \
-        --metrics-port 0 >"$log/$1.log" 2>&1 &
+    "$2" "${repository_flags[@]}" "${local_ports[@]}" >"$log/$1.log" 2>&1 &
     pids+=($!)
 }
 
 # address NAME: the server's address for the protocol, once its model is ready.
 address() {
-    local http grpc
-    http=$(wait_for_line "$log/$1.log" "Started HTTPService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
-    grpc=$(wait_for_line "$log/$1.log" "Started GRPCInferenceService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
+    server_addresses "$log/$1.log"
     for _ in $(seq 1 600); do
         if curl -sf "http://$http/v2/models/$model/ready" >/dev/null; then
             if [ "$protocol" = grpc ]; then echo "$grpc"; else echo "$http"; fi

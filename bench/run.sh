@@ -53,7 +53,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-source "$repo/bench/wait_for_line.sh"
+source "$repo/bench/serve.sh"
 
 cores=$(nproc)
 server_core=() client_core=()
@@ -103,12 +103,10 @@ start_server() {
     local runner=() repos=()
     if [ "$pin" = pinned ]; then runner=("${server_core[@]}"); fi
     for r in "$@"; do repos+=(--model-repository "$r"); done
-    "${runner[@]}" "$bin/nereid-server" "${repos[@]}" \
-        --http-address 127.0.0.1 --http-port 0 --grpc-address 127.0.0.1 --grpc-port 0 --metrics-port 0 >"$log" 2>&1 &
+    "${runner[@]}" "$bin/nereid-server" "${repos[@]}" "${local_ports[@]}" >"$log" 2>&1 &
     server_pid=$!
     pids+=("$server_pid")
-    http=$(wait_for_line "$log" "Started HTTPService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
-    grpc=$(wait_for_line "$log" "Started GRPCInferenceService" | sed -E 's/.*at ([0-9.:]+).*/\1/')
+    server_addresses "$log"
     sleep 1
 }
 
