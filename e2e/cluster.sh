@@ -5,7 +5,11 @@
 # (Pods are placed by the real scheduler, whose reasons end up in Pod conditions) and KWOK, which
 # keeps a few fake nodes alive and plays the kubelet for the Pods bound to them.
 #
-#   e2e/cluster.sh DIR
+#   e2e/netns.sh e2e/cluster.sh DIR
+#
+# It runs only inside the network namespace e2e/netns.sh makes (it refuses to start elsewhere):
+# there the API server and the S3 endpoint listen on every address, the process nodes' bridges and
+# kube-proxy's rules live, and none of it reaches this machine's own network.
 #
 # Everything lives in DIR: certificates, etcd's data, one log per component, and DIR/kubeconfig
 # (cluster admin). When the cluster is ready the script prints one line, "ready DIR/kubeconfig",
@@ -19,12 +23,17 @@
 # With NEREID_PROC_NODE_BIN (the nereid-proc-node binary) and NEREID_IMAGE_BIN_DIR (where
 # nereid-server, nereid-fetch and nereid-operator are), it also starts the process-backed nodes
 # (e2e/proc-node): proc-0, proc-1 and proc-gpu-0, tainted nereid.dev/process-node=true:NoSchedule
-# so only pods that ask for them land there, whose pods run as local processes on pod IPs in
-# NEREID_POD_CIDR, 10.244.0.0/16 by default (made local on lo for as long as the cluster runs;
-# two clusters at once need two ranges).
+# so only pods that ask for them land there, whose pods run as local processes, each in a network
+# namespace of its own on a pod IP from NEREID_POD_CIDR (10.244.0.0/16 by default; node i has
+# 10.244.i.0/24 on its bridge, whose address 10.244.i.1 is the node's). With them come the Services
+# of a real cluster: kube-proxy (iptables mode) for ClusterIPs and NodePorts, and CoreDNS serving
+# cluster.local from the API server behind the kube-dns Service (10.96.0.10), which every pod's
+# resolv.conf names. Pods reach the API server as in-cluster clients do, through the `kubernetes`
+# Service (10.96.0.1:443), whose endpoint is the API server on proc-0's address.
 #
 # With NEREID_MOTO_SERVER (moto's S3 server, from the Python test environment), it also runs an
-# S3 endpoint for model sources on 127.0.0.1, written to DIR/s3-endpoint once it answers.
+# S3 endpoint for model sources, written to DIR/s3-endpoint (on proc-0's address, which pods
+# reach) once it answers.
 set -euo pipefail
 
 dir=${1:?usage: e2e/cluster.sh DIR}
@@ -37,8 +46,19 @@ pki=$dir/pki
 kubeconfig=$dir/kubeconfig
 deadline=$((SECONDS + max_seconds))
 pod_cidr=${NEREID_POD_CIDR:-10.244.0.0/16}
+# proc-0's address (its bridge's, 10.244.0.1): where the host's own services are reached from pods.
+node_ip=${pod_cidr%.*.*/16}.0.1
+service_cidr=10.96.0.0/16
+api_service_ip=10.96.0.1
+dns_service_ip=10.96.0.10
 
 log() { echo "e2e/cluster.sh: $*" >&2; }
+
+# The namespaces' private /etc/netns is e2e/netns.sh's mark (the network namespace has none).
+if ! grep -q ' /etc/netns .* - tmpfs nereid-e2e-netns ' /proc/self/mountinfo; then
+  log "not inside e2e/netns.sh's namespaces; run it as: e2e/netns.sh e2e/cluster.sh DIR"
+  exit 2
+fi
 
 # --- processes ------------------------------------------------------------------------------
 
@@ -57,7 +77,7 @@ teardown() {
   trap - EXIT
   trap '' INT TERM
   # Reverse order of start: the kubelet stand-ins and controllers before the API server, etcd last.
-  for name in proc-node kwok kube-scheduler kube-controller-manager kube-apiserver etcd moto; do
+  for name in coredns kube-proxy proc-node kwok kube-scheduler kube-controller-manager kube-apiserver etcd moto; do
     pid=${pids[$name]:-}
     [[ -n "$pid" ]] && kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
@@ -65,8 +85,6 @@ teardown() {
     rm -f "$dir/$name.pid"
   done
   wait 2>/dev/null || true
-  # The pod range, should the process node have been killed before removing it.
-  [[ -n "${NEREID_PROC_NODE_BIN:-}" ]] && { ip route del local "$pod_cidr" dev lo 2>/dev/null || true; }
   log "stopped"
 }
 trap teardown EXIT
@@ -95,9 +113,9 @@ wait_for() {
 
 # --- ports and certificates -----------------------------------------------------------------
 
-read -r etcd_port etcd_peer_port api_port kwok_port s3_port < <(python3 -c '
+read -r etcd_port etcd_peer_port api_port kwok_port s3_port proxy_health_port proxy_metrics_port dns_ready_port < <(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(5)]
+socks = [socket.socket() for _ in range(8)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])
@@ -119,7 +137,7 @@ cert() {
 }
 ca ca nereid-e2e-ca
 cert apiserver ca /CN=kube-apiserver \
-  'subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature'
+  "subjectAltName=IP:127.0.0.1,IP:$api_service_ip,IP:$node_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature"
 cert admin ca '/O=system:masters/CN=nereid-e2e-admin' 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature'
 # The aggregation layer's front proxy, so an APIService (a metrics adapter) can be registered.
 ca front-proxy-ca nereid-e2e-front-proxy-ca
@@ -151,8 +169,8 @@ kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
 # The S3 endpoint starts first: it is slow to import and nothing waits on it until the end.
 if [[ -n "${NEREID_MOTO_SERVER:-}" ]]; then
-  log "moto (S3) on 127.0.0.1:$s3_port"
-  start moto "$NEREID_MOTO_SERVER" -H 127.0.0.1 -p "$s3_port"
+  log "moto (S3) on port $s3_port"
+  start moto "$NEREID_MOTO_SERVER" -H 0.0.0.0 -p "$s3_port"
 fi
 
 log "etcd on 127.0.0.1:$etcd_port"
@@ -164,17 +182,17 @@ start etcd "$bin/etcd" --name nereid-e2e --data-dir "$dir/etcd" \
   --unsafe-no-fsync --log-level warn
 wait_for etcd 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$etcd_port/health', timeout=2)"
 
-# The endpoint reconciler would publish the advertise address as the `kubernetes` Service's
-# endpoint, and refuses a loopback one; nothing here dials that Service.
+# Every address of the namespace: the harness dials 127.0.0.1, pods the `kubernetes` Service, whose
+# endpoint the reconciler publishes as the advertise address (it refuses a loopback one).
 log "kube-apiserver on https://127.0.0.1:$api_port"
 start kube-apiserver "$bin/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$etcd_port" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+  --bind-address 0.0.0.0 --advertise-address "$node_ip" --secure-port "$api_port" \
   --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
   --client-ca-file "$pki/ca.crt" \
   --service-account-issuer https://kubernetes.default.svc.cluster.local \
   --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-  --service-cluster-ip-range 10.96.0.0/16 \
+  --service-cluster-ip-range "$service_cidr" \
   --authorization-mode Node,RBAC \
   --requestheader-client-ca-file "$pki/front-proxy-ca.crt" \
   --requestheader-allowed-names front-proxy-client \
@@ -182,7 +200,6 @@ start kube-apiserver "$bin/kube-apiserver" \
   --requestheader-extra-headers-prefix X-Remote-Extra- \
   --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
   --enable-aggregator-routing \
-  --endpoint-reconciler-type none \
   --enable-admission-plugins OwnerReferencesPermissionEnforcement \
   --profiling=false
 wait_for kube-apiserver 120 kubectl get --raw /readyz
@@ -250,22 +267,66 @@ YAML
 { node cpu-0 0; node cpu-1 0; node gpu-0 4; node gpu-1 4; } | kubectl create -f - >/dev/null
 wait_for "the KWOK nodes" 60 kubectl wait --for=condition=Ready node -l type=kwok --timeout=2s
 
-# The process-backed nodes: pods that really run.
+# The process-backed nodes: pods that really run, each in its own network namespace.
 if [[ -n "${NEREID_PROC_NODE_BIN:-}" ]]; then
-  log "process nodes (pods as local processes on $pod_cidr)"
-  cc -shared -fPIC -O2 -o "$dir/bind-pod-ip.so" "$here/proc-node/bind_pod_ip.c" -ldl
+  log "process nodes (pods in network namespaces of their own, on $pod_cidr)"
   start proc-node "$NEREID_PROC_NODE_BIN" --kubeconfig "$kubeconfig" \
     --nodes proc-0,proc-1,proc-gpu-0:gpu=4 --cidr "$pod_cidr" \
     --bin-dir "${NEREID_IMAGE_BIN_DIR:?NEREID_IMAGE_BIN_DIR is needed with NEREID_PROC_NODE_BIN}" \
-    --state-dir "$dir/pods" --bind-shim "$dir/bind-pod-ip.so" \
-    --api-server "127.0.0.1:$api_port" --api-ca "$pki/ca.crt" \
+    --state-dir "$dir/pods" \
+    --api-server "$api_service_ip:443" --api-ca "$pki/ca.crt" --cluster-dns "$dns_service_ip" \
     --max-seconds "$max_seconds" --backoff-seconds 2
   wait_for "the process nodes" 60 kubectl wait --for=condition=Ready node -l nereid.dev/process-node=true --timeout=2s
+
+  # One kube-proxy serves the three nodes: they share this namespace, hence one set of iptables
+  # rules. Conntrack's limits are the machine's own, not this namespace's: left alone (0).
+  log "kube-proxy (iptables) and CoreDNS"
+  start kube-proxy "$bin/kube-proxy" --kubeconfig "$kubeconfig" --hostname-override proc-0 \
+    --proxy-mode iptables --cluster-cidr "$pod_cidr" \
+    --conntrack-max-per-core 0 --conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0 \
+    --healthz-bind-address "127.0.0.1:$proxy_health_port" --metrics-bind-address "127.0.0.1:$proxy_metrics_port"
+
+  # The cluster's DNS, answering for cluster.local from the API server; nothing beyond it (no
+  # upstream: the namespace reaches nothing outside).
+  cat >"$dir/Corefile" <<COREFILE
+.:53 {
+    errors
+    ready 127.0.0.1:$dns_ready_port
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $kubeconfig nereid-e2e
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }
+}
+COREFILE
+  start coredns "$bin/coredns" -conf "$dir/Corefile"
+  # kube-dns as kubeadm names it, its endpoint the CoreDNS above (a selectorless Service).
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Service
+metadata: {name: kube-dns, namespace: kube-system, labels: {k8s-app: kube-dns}}
+spec:
+  clusterIP: $dns_service_ip
+  ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-dns-coredns
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: kube-dns, endpointslice.kubernetes.io/managed-by: nereid-e2e}
+addressType: IPv4
+ports: [{name: dns, port: 53, protocol: UDP}, {name: dns-tcp, port: 53, protocol: TCP}]
+endpoints: [{addresses: ["$node_ip"], conditions: {ready: true}}]
+YAML
+  wait_for kube-proxy 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$proxy_health_port/healthz', timeout=2)"
+  wait_for CoreDNS 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$dns_ready_port/ready', timeout=2)"
 fi
 wait_for "the default ServiceAccount" 60 kubectl get serviceaccount default -n default
 if [[ -n "${NEREID_MOTO_SERVER:-}" ]]; then
   wait_for "moto" 60 python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$s3_port/', timeout=2)"
-  echo "http://127.0.0.1:$s3_port" >"$dir/s3-endpoint"
+  echo "http://$node_ip:$s3_port" >"$dir/s3-endpoint"
 fi
 
 echo "ready $kubeconfig"

@@ -2,8 +2,10 @@
 # Builds the e2e control plane's binaries from their Go modules, once per version, into a cache
 # directory outside the repository, and prints the directory that holds them.
 #
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl   k8s.io/kubernetes
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+#   kube-proxy                                                         k8s.io/kubernetes
 #   etcd                                                               go.etcd.io/etcd/server/v3
+#   coredns (the cluster's DNS)                                        github.com/coredns/coredns
 #   kwok                                                               sigs.k8s.io/kwok
 #   helm                                                               helm.sh/helm/v3
 #   keda-crds/ (KEDA's ScaledObject CRD, not KEDA itself)              github.com/kedacore/keda/v2
@@ -26,10 +28,11 @@ KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3   # the etcd minor that Kubernetes 1.37's go.mod builds against
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+COREDNS_VERSION=v1.15.0   # its go.mod requires client-go v0.37, as Kubernetes 1.37's
 KEDA_VERSION=v2.21.0
 
 cache="${NEREID_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nereid-e2e}"
-bin="$cache/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-helm-$HELM_VERSION"
+bin="$cache/bin/k8s-$KUBERNETES_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-helm-$HELM_VERSION-coredns-$COREDNS_VERSION"
 export CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false -trimpath"
 
 log() { echo "e2e/tools.sh: $*" >&2; }
@@ -52,10 +55,15 @@ wrapper_module() {
   } >"$dir/go.mod"
 }
 
+# The commands built from k8s.io/kubernetes.
+KUBERNETES_COMMANDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy)
+
 build_kubernetes() {
-  local out="$cache/kubernetes-$KUBERNETES_VERSION"
-  built "$out" && return
-  log "building Kubernetes $KUBERNETES_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
+  local out="$cache/kubernetes-$KUBERNETES_VERSION" command missing=0
+  # A folder built before a command joined the list is built again (the Go caches make that quick).
+  for command in "${KUBERNETES_COMMANDS[@]}"; do [[ -x "$out/$command" ]] || missing=1; done
+  built "$out" && ((missing == 0)) && return
+  log "building Kubernetes $KUBERNETES_VERSION (${KUBERNETES_COMMANDS[*]})"
   local work="$cache/work/kubernetes" gomod staging minor="${KUBERNETES_VERSION#v1.}"
   gomod=$(cd "$cache" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/^\s*"GoMod": "\(.*\)",$/\1/p')
   # The staging modules are exactly the k8s.io requirements at the placeholder version v0.0.0.
@@ -76,6 +84,7 @@ package tools
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
@@ -91,9 +100,7 @@ GO
     cd "$work"
     go mod tidy
     mkdir -p "$out.tmp"
-    go build -ldflags "$ldflags" -o "$out.tmp/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+    go build -ldflags "$ldflags" -o "$out.tmp/" "${KUBERNETES_COMMANDS[@]/#/k8s.io/kubernetes/cmd/}"
   )
   finish "$out"
 }
@@ -171,7 +178,7 @@ finish() {
 }
 
 if [[ "${1:-}" == --installed ]]; then
-  for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm; do
+  for tool in "${KUBERNETES_COMMANDS[@]}" etcd kwok helm coredns; do
     [[ -x "$bin/$tool" ]] || exit 1
   done
   [[ -d "$bin/kwok-stages" ]] || exit 1
@@ -189,13 +196,17 @@ go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "-X helm.sh/helm/v3/int
   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 \
   -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37" -k8s-1.37
 build_kubernetes
+# CoreDNS has no replace directives either; its default build holds every plugin, kubernetes included.
+go_install coredns "$COREDNS_VERSION" github.com/coredns/coredns \
+  "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
 fetch_keda_crds
 
 mkdir -p "$bin"
-for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for tool in "${KUBERNETES_COMMANDS[@]}"; do
   ln -sf "$cache/kubernetes-$KUBERNETES_VERSION/$tool" "$bin/$tool"
 done
 ln -sf "$cache/etcd-$ETCD_VERSION/etcd" "$bin/etcd"
+ln -sf "$cache/coredns-$COREDNS_VERSION/coredns" "$bin/coredns"
 ln -sf "$cache/kwok-$KWOK_VERSION/kwok" "$bin/kwok"
 ln -sfn "$cache/kwok-$KWOK_VERSION/stages" "$bin/kwok-stages"
 ln -sf "$cache/helm-$HELM_VERSION-k8s-1.37/helm" "$bin/helm"

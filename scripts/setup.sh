@@ -26,11 +26,15 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
 fi
 
-# The e2e process nodes make their pod range local with `ip route`.
-if ! command -v ip >/dev/null 2>&1; then
-    echo "setup: installing iproute2" >&2
-    apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null
-fi
+# The e2e suite runs in network namespaces of its own (`unshare`, `ip netns`):
+# its process nodes give each pod a namespace on a bridge, and kube-proxy
+# writes its Services' rules with iptables (Debian's, on nf_tables).
+for tool in ip:iproute2 iptables-save:iptables unshare:util-linux; do
+    if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+        echo "setup: installing ${tool#*:}" >&2
+        apt-get update -qq && apt-get install -y -qq "${tool#*:}" >/dev/null
+    fi
+done
 
 # The e2e autoscaling scenario calls the operator's external metrics API as
 # kube-apiserver's front proxy would, with curl and the front-proxy certificate.

@@ -2,7 +2,9 @@
 # Sets up a fresh machine and runs every check and test: formatting, clippy,
 # the Rust unit, integration and end-to-end tests (one cargo invocation for
 # the whole workspace; the e2e suite runs the operator and the Helm chart
-# against a real Kubernetes control plane on 127.0.0.1), then the Python
+# against a real Kubernetes control plane, all of it inside a network
+# namespace of its own (e2e/netns.sh), and this script checks that the
+# machine's own network is as it was afterwards), then the Python
 # suite that drives the release server, staged by scripts/build.sh as the
 # image's build stage stages it, with the real tritonclient over HTTP and
 # gRPC, and the Dockerfile's lint.
@@ -31,8 +33,23 @@ cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
+# What the machine's network is: interfaces, routes, network namespaces, iptables (counters aside).
+host_network() {
+    ip -o link show | cut -d: -f2
+    ip route show table all
+    ip netns list
+    iptables-save | sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]//'
+}
+network_before=$(host_network)
+
 echo "== cargo test" >&2
 cargo test --locked --workspace
+
+echo "== this machine's network, as before the tests" >&2
+if ! diff <(echo "$network_before") <(host_network) >&2; then
+    echo "the tests changed this machine's network (above: < before, > after)" >&2
+    exit 1
+fi
 
 # The image's build stage is this same script, so what the image ships is what the Python suite tests.
 echo "== scripts/build.sh (release binaries and the ONNX Runtime library, as in the image)" >&2

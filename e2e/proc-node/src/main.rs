@@ -10,8 +10,8 @@
 //! ## Layout
 //!
 //! ```text
-//! main        flags, start (route, nodes, pod watches), shutdown
-//! network     the pod IP range made local on lo; IPs per node
+//! main        flags, start (bridges, nodes, pod watches), shutdown
+//! network     a bridge per node, a network namespace and veth per pod
 //! node        Node objects, their Lease and Ready heartbeat
 //! pods        one supervisor per pod: admit, init containers, containers, delete
 //! container   one container: process, probes, restarts with back-off, graceful stop
@@ -21,7 +21,6 @@
 //! probe       httpGet, tcpSocket, grpc and exec probes
 //! grpc_probe  grpc.health.v1 Check, as the kubelet's gRPC probe
 //! status      pod status as a kubelet writes it
-//! service_names  Service names for pods, as the cluster's DNS gives them
 //! ```
 
 mod container;
@@ -32,10 +31,10 @@ mod plan;
 mod pods;
 mod probe;
 mod process;
-mod service_names;
 mod status;
 mod volumes;
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,7 +55,7 @@ struct Args {
     /// Nodes to register: `name` or `name:gpu=N` (N GPUs, with the taint).
     #[arg(long, value_delimiter = ',', default_value = "proc-0,proc-1,proc-gpu-0:gpu=4")]
     nodes: Vec<NodeSpec>,
-    /// Pod IPs: one /24 per node out of this /16, made local on lo.
+    /// Pod IPs: one /24 per node out of this /16, on the node's bridge.
     #[arg(long, default_value = "10.244.0.0/16")]
     cidr: String,
     /// Where the binaries of Nereid's images are (nereid-server, ...).
@@ -68,10 +67,8 @@ struct Args {
     /// Per-pod roots (volumes, logs) go here.
     #[arg(long)]
     state_dir: PathBuf,
-    /// The LD_PRELOAD shim that binds a pod's wildcard listeners to its IP.
-    #[arg(long)]
-    bind_shim: PathBuf,
-    /// The API server as pods reach it (host:port).
+    /// The API server as pods reach it (host:port): the `kubernetes`
+    /// Service's ClusterIP in a cluster with kube-proxy.
     #[arg(long)]
     api_server: String,
     /// The API server's CA certificate, given to pods with their token.
@@ -84,7 +81,10 @@ struct Args {
     /// doubled at each restart up to 5 minutes.
     #[arg(long, default_value_t = 10)]
     backoff_seconds: u64,
-    /// The cluster's DNS domain, for the Service names pods resolve.
+    /// The cluster's DNS server (the kube-dns Service), in every pod's resolv.conf.
+    #[arg(long, default_value = "10.96.0.10")]
+    cluster_dns: Ipv4Addr,
+    /// The cluster's DNS domain, searched from every pod's resolv.conf.
     #[arg(long, default_value = "cluster.local")]
     cluster_domain: String,
 }
@@ -107,6 +107,8 @@ fn main() -> Result<()> {
 }
 
 async fn run(args: Args) -> Result<()> {
+    // First, so that a node started in the wrong namespace changes nothing.
+    let network = PodNetwork::claim(&args.cidr, args.nodes.len(), args.cluster_dns, &args.cluster_domain).await?;
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&args.kubeconfig).context("reading the kubeconfig")?,
         &Default::default(),
@@ -114,22 +116,12 @@ async fn run(args: Args) -> Result<()> {
     .await
     .context("loading the kubeconfig")?;
     let client = kube::Client::try_from(config).context("building the API client")?;
-    let network = PodNetwork::claim(&args.cidr, args.nodes.len())?;
     tokio::fs::create_dir_all(&args.state_dir).await?;
-    let service_hosts = args.state_dir.join("service-hosts");
-    tokio::fs::write(&service_hosts, "").await?;
-    tokio::spawn(service_names::keep(
-        client.clone(),
-        service_hosts.clone(),
-        args.cluster_domain.clone(),
-    ));
     let runner = Arc::new(Runner::new(pods::RunnerConfig {
         client: client.clone(),
         bin_dir: args.bin_dir.clone(),
         image_pattern: args.image_pattern.clone(),
         state_dir: args.state_dir.clone(),
-        bind_shim: args.bind_shim.clone(),
-        service_hosts,
         api_server: args.api_server.clone(),
         api_ca: args.api_ca.clone(),
         network: network.clone(),
@@ -154,7 +146,7 @@ async fn run(args: Args) -> Result<()> {
         () = tokio::time::sleep(Duration::from_secs(args.max_seconds)) => tracing::info!("ran out of time"),
     }
     runner.stop_all().await;
-    network.release_all();
+    network.release_all().await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -43,6 +43,8 @@ pub struct ContainerPlan {
     pub cwd: PathBuf,
     pub log: PathBuf,
     pub termination_log: PathBuf,
+    /// The pod's network namespace, which the process runs in.
+    pub netns: String,
     /// Mount paths to their folders, longest first: for the exec probes'
     /// and hooks' commands, rewritten like the container's own.
     pub mounts: Vec<(String, PathBuf)>,
@@ -62,6 +64,8 @@ pub struct PodContext<'a> {
     pub config: &'a RunnerConfig,
     pub pod: &'a Pod,
     pub addresses: Addresses,
+    /// The pod's network namespace (see `network.rs`).
+    pub netns: &'a str,
     pub root: &'a Path,
     pub volumes: &'a BTreeMap<String, PathBuf>,
 }
@@ -150,6 +154,7 @@ pub async fn plan(ctx: &PodContext<'_>, container: &Container) -> Result<Contain
         cwd,
         log: own.join("log"),
         termination_log: own.join("termination-log"),
+        netns: ctx.netns.to_string(),
         mounts,
     })
 }
@@ -180,14 +185,6 @@ fn base_env(ctx: &PodContext<'_>, mounts: &[(String, PathBuf)]) -> Vec<(String, 
         ("TMPDIR".into(), tmp),
         ("KUBERNETES_SERVICE_HOST".into(), api_host.to_string()),
         ("KUBERNETES_SERVICE_PORT".into(), api_port.to_string()),
-        // The shim binds the process's wildcard listeners to the pod's IP.
-        ("LD_PRELOAD".into(), ctx.config.bind_shim.display().to_string()),
-        ("NEREID_POD_IP".into(), ctx.addresses.pod.to_string()),
-        // And resolves Service names as the cluster's DNS would.
-        (
-            "NEREID_SERVICE_HOSTS".into(),
-            ctx.config.service_hosts.display().to_string(),
-        ),
     ];
     // The image's own environment (the Dockerfile's ENV).
     if let Ok(ort) = std::env::var("ORT_DYLIB_PATH") {

@@ -1,7 +1,7 @@
 //! The pods bound to this runner's nodes, one supervisor each.
 //!
 //! A pod is admitted when it first shows up bound to one of the nodes: it
-//! gets an IP and a root folder, its volumes are made, its init containers
+//! gets a network namespace with its IP (see `network.rs`) and a root folder, its volumes are made, its init containers
 //! run one after the other, then its containers (see `container.rs`). When
 //! the pod is deleted (a deletion timestamp appears), every container gets
 //! its preStop hook, SIGTERM and, past the grace period, SIGKILL; only when
@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::container::{self, ContainerJob, Ending};
-use crate::network::PodNetwork;
+use crate::network::{PodNames, PodNetwork};
 use crate::plan::{self, Addresses, PodContext, Refusal};
 use crate::status::{ContainerView, PodView, State, now};
 use crate::volumes;
@@ -34,9 +34,6 @@ pub struct RunnerConfig {
     pub bin_dir: PathBuf,
     pub image_pattern: String,
     pub state_dir: PathBuf,
-    pub bind_shim: PathBuf,
-    /// The Service names the shim resolves (see `service_names`).
-    pub service_hosts: PathBuf,
     pub api_server: String,
     pub api_ca: PathBuf,
     pub network: PodNetwork,
@@ -188,7 +185,7 @@ impl Runner {
                 }
             }
         }
-        self.config.network.release(index, &uid);
+        self.config.network.detach(index, &uid).await;
         self.pods.lock().expect("the pod table is never poisoned").remove(&uid);
     }
 }
@@ -215,6 +212,8 @@ pub struct Worker {
     pub pod: Pod,
     pub root: PathBuf,
     pub addresses: Addresses,
+    /// The pod's network namespace, which its containers run in.
+    pub netns: String,
     pub view: Mutex<PodView>,
     pub deleted: watch::Receiver<Option<Instant>>,
     recorder: Recorder,
@@ -230,7 +229,13 @@ impl Worker {
         deleted: watch::Receiver<Option<Instant>>,
     ) -> anyhow::Result<Arc<Self>> {
         let uid = pod.uid().unwrap_or_default();
-        let ip = runner.config.network.lease(index, &uid)?;
+        let name = pod.name_any();
+        let namespace = pod.namespace().unwrap_or_default();
+        let names = PodNames {
+            name: &name,
+            namespace: &namespace,
+        };
+        let net = runner.config.network.attach(index, &uid, names).await?;
         let root = runner.config.state_dir.join(format!(
             "{}_{}_{uid}",
             pod.namespace().unwrap_or_default(),
@@ -240,7 +245,7 @@ impl Worker {
         let spec = pod.spec.clone().unwrap_or_default();
         let image = |c: &k8s_openapi::api::core::v1::Container| c.image.clone().unwrap_or_default();
         let addresses = Addresses {
-            pod: ip,
+            pod: net.ip,
             host: runner.config.network.node_ip(index),
         };
         let view = PodView {
@@ -273,6 +278,7 @@ impl Worker {
             pod,
             root,
             addresses,
+            netns: net.netns,
             view: Mutex::new(view),
             deleted,
             recorder,
@@ -366,6 +372,7 @@ impl Worker {
             config: &self.runner.config,
             pod: &self.pod,
             addresses: self.addresses,
+            netns: &self.netns,
             root: &self.root,
             volumes: &volumes,
         };

@@ -1,9 +1,10 @@
-//! One container's process: spawned with its plan's environment, its
-//! output appended to a log file (what `kubectl logs` would show), in its
-//! own process group so a signal reaches everything it started, and tied to
-//! this runner's life: if the runner dies, the kernel kills it
-//! (PR_SET_PDEATHSIG). Whatever the process leaves behind in its group when
-//! it exits is killed too, so no path leaves a server behind.
+//! One container's process: spawned in its pod's network namespace with its
+//! plan's environment, its output appended to a log file (what `kubectl
+//! logs` would show), in its own process group so a signal reaches
+//! everything it started, and tied to this runner's life: if the runner
+//! dies, the kernel kills it (PR_SET_PDEATHSIG). Whatever the process leaves
+//! behind in its group when it exits is killed too, so no path leaves a
+//! server behind.
 
 use std::io::SeekFrom;
 use std::process::{ExitStatus, Stdio};
@@ -29,12 +30,18 @@ pub struct Running {
 }
 
 /// `program args` with the container's environment and working folder, in
-/// a process group of its own that dies with this runner. Must be spawned
-/// on a runtime worker thread: the parent-death signal follows the thread
-/// that forked.
+/// the pod's network namespace and a process group of its own that dies
+/// with this runner. Must be spawned on a runtime worker thread: the
+/// parent-death signal follows the thread that forked.
+///
+/// `ip netns exec` enters the namespace, mounts the pod's /etc/hosts and
+/// resolv.conf over /etc's (in a mount namespace of the process's own) and
+/// execs the program in place: the PID, the process group and the
+/// parent-death signal set below are the program's.
 pub fn command(plan: &ContainerPlan, program: &str, args: &[String]) -> Command {
-    let mut command = Command::new(program);
+    let mut command = Command::new("ip");
     command
+        .args(["netns", "exec", &plan.netns, program])
         .args(args)
         .env_clear()
         .envs(plan.env.iter().map(|(k, v)| (k, v)))

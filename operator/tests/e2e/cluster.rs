@@ -25,7 +25,7 @@ pub struct Serving {
     pub workspace_bin: PathBuf,
     /// moto's S3 server.
     pub moto: PathBuf,
-    /// The process nodes' pod range (a /16; two clusters at once need two).
+    /// The process nodes' pod range (a /16, in the run's own network namespace).
     pub pod_cidr: &'static str,
 }
 
@@ -34,7 +34,8 @@ pub struct Cluster {
     stdin: Option<ChildStdin>,
     pub dir: PathBuf,
     pub kubeconfig: PathBuf,
-    /// The S3 endpoint (`http://127.0.0.1:PORT`).
+    /// The S3 endpoint, on proc-0's address so that pods reach it too
+    /// (`http://10.244.0.1:PORT`).
     pub s3_endpoint: String,
 }
 

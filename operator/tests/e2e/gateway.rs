@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 use crate::env::{self, Env, OPERATOR_NAMESPACE, RELEASE};
-use crate::inference::{self, MODEL_FOLDER};
+use crate::inference;
 use crate::models::{self, ON_PROCESS_NODES, SMALL_CPU};
 use crate::s3;
 use crate::simple_model::{self, BUCKET};
@@ -66,18 +66,7 @@ pub async fn run(env: &Env) -> Result<()> {
 async fn deploy_adder(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
     models::apply(env, NAMESPACE, &s3::credentials_secret(env, CREDENTIALS)).await?;
-    let folder = env.scratch("adder");
-    let _ = std::fs::remove_dir_all(&folder);
-    std::fs::create_dir_all(folder.join("1"))?;
-    let source = env.path(MODEL_FOLDER);
-    std::fs::copy(source.join("1/model.onnx"), folder.join("1/model.onnx"))?;
-    let config = std::fs::read_to_string(source.join("config.pbtxt"))?;
-    ensure!(config.contains("name: \"simple\""), "the simple example names itself");
-    std::fs::write(
-        folder.join("config.pbtxt"),
-        config.replace("name: \"simple\"", &format!("name: \"{MODEL}\"")),
-    )?;
-    s3::upload_folder(env, &folder, BUCKET, MODEL).await?;
+    simple_model::upload_as(env, MODEL).await?;
     let source = format!("    uri: s3://{BUCKET}/{MODEL}\n    credentialsSecret: {CREDENTIALS}\n");
     let manifest = models::manifest_of(MODEL, 1, &source, SMALL_CPU, ON_PROCESS_NODES);
     models::apply(env, NAMESPACE, &manifest).await

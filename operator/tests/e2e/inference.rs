@@ -83,6 +83,17 @@ async fn infer(http: &reqwest::Client, base: &str, model: &str, request: &Value)
     Ok((url, body))
 }
 
+/// How many requests for `model` the server at `ip:metrics_port` has served
+/// (its `nv_inference_request_success`, under Triton's name).
+pub async fn requests_served(http: &reqwest::Client, ip: IpAddr, metrics_port: i32, model: &str) -> Result<f64> {
+    let url = format!("http://{ip}:{metrics_port}/metrics");
+    let text = http.get(&url).send().await?.error_for_status()?.text().await?;
+    text.lines()
+        .find(|l| l.starts_with("nv_inference_request_success{") && l.contains(&format!("model=\"{model}\"")))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .with_context(|| format!("no nv_inference_request_success for {model} at {url}"))
+}
+
 /// `examples/models/mlp_small`: FP32 [256] in, [256] out, batched.
 pub const MLP_FOLDER: &str = "examples/models/mlp_small";
 

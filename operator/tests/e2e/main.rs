@@ -2,7 +2,14 @@
 //! Kubernetes control plane on 127.0.0.1 (etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler, KWOK nodes; see e2e/cluster.sh),
 //! with process-backed nodes (e2e/proc-node) whose pods really run this
-//! checkout's `nereid-server`, and an S3 endpoint (moto) for model sources.
+//! checkout's `nereid-server` in network namespaces of their own, behind
+//! kube-proxy's Services and CoreDNS's names, and an S3 endpoint (moto) for
+//! model sources.
+//!
+//! The whole run happens inside a network namespace of its own: this binary
+//! re-runs itself through e2e/netns.sh first (see [`netns`]), so every
+//! address it or its cluster sends to is loopback or inside a namespace the
+//! run made, and the machine's network is never touched.
 //!
 //! Mocks prove little about an operator: watch semantics, server-side apply,
 //! CRD schemas and CEL, the scale subresource, garbage collection and HPAs
@@ -37,6 +44,7 @@ mod kubectl;
 mod leader;
 mod lifecycle;
 mod models;
+mod netns;
 mod operator;
 mod process_node;
 mod procfs;
@@ -45,6 +53,7 @@ mod s3;
 mod scaling;
 mod scoped;
 mod scrape_cost;
+mod services;
 mod serving;
 mod simple_model;
 mod teardown;
@@ -90,6 +99,9 @@ const SCENARIOS: &[(&str, Run)] = &[
     ("deleted_pod_under_load_is_replaced_and_serves", |env| {
         Box::pin(rollout::pod_deletion(env))
     }),
+    ("pods_listen_apart_behind_a_cluster_ip_and_its_dns_name", |env| {
+        Box::pin(services::run(env))
+    }),
     ("hpa_scales_on_queue_time_through_the_external_metrics_api", |env| {
         Box::pin(autoscaling::run(env))
     }),
@@ -131,11 +143,16 @@ const TOOLS: &[&str] = &[
     "kwok",
     "kubectl",
     "helm",
+    "kube-proxy",
+    "coredns",
 ];
 
 fn main() -> ExitCode {
     if let Some(dir) = std::env::var_os(teardown::CHILD_DIR) {
         let repo = repo();
+        if !netns::inside() {
+            return netns::enter(&repo);
+        }
         return match tools(&repo) {
             Ok(bin) => teardown::child(&repo, &bin, Path::new(&dir)),
             Err(e) => {
@@ -165,7 +182,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let repo = repo();
-    let tools = tools(&repo).and_then(|bin| Ok((bin, workspace::serving(&repo, true)?)));
+    // Inside, the outer run has built the workspace already.
+    let tools = tools(&repo)
+        .and_then(|bin| Ok((bin, workspace::serving(&repo, !netns::inside())?)))
+        .and_then(|found| netns::can_enter().map(|()| found));
     let (bin, serving) = match tools {
         Ok(found) => found,
         Err(why) if std::env::var("NEREID_E2E").as_deref() != Ok("required") => {
@@ -179,6 +199,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if !netns::inside() {
+        return netns::enter(&repo);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

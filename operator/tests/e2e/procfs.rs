@@ -1,5 +1,6 @@
 //! Processes on this machine, read from /proc: what the harness started and
-//! whether it is still there, and which process is a given pod's.
+//! whether it is still there, which process is a given pod's, and which
+//! network namespaces something still holds.
 
 /// A process, told apart from a later one with the same PID by its start time.
 #[derive(Debug, PartialEq, Eq)]
@@ -99,4 +100,40 @@ pub fn naming(marker: &str) -> Vec<Process> {
         .into_iter()
         .filter(|p| p.pid != own && p.cmdline.contains(marker))
         .collect()
+}
+
+/// The network namespace `pid` is in, as the kernel names it ("net:[4026532175]").
+pub fn net_namespace(pid: u32) -> Option<String> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
+    Some(link.to_string_lossy().into_owned())
+}
+
+/// The network namespaces bind-mounted in `pid`'s mount table (`ip netns
+/// add` pins a namespace so): mountinfo lines of type nsfs, whose root
+/// field names the namespace.
+pub fn pinned_net_namespaces(pid: u32) -> Vec<String> {
+    let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    mountinfo
+        .lines()
+        .filter(|line| line.contains(" - nsfs "))
+        .filter_map(|line| line.split_whitespace().nth(3))
+        .filter(|root| root.starts_with("net:["))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Who still holds any of `namespaces`: each process in one, or with one
+/// pinned in its mount table, as "pid: namespace".
+pub fn net_namespace_holders(namespaces: &[String]) -> Vec<String> {
+    let mut holders = Vec::new();
+    for process in all() {
+        let held = net_namespace(process.pid)
+            .into_iter()
+            .chain(pinned_net_namespaces(process.pid))
+            .filter(|ns| namespaces.contains(ns));
+        holders.extend(held.map(|ns| format!("{}: {ns} ({})", process.pid, process.cmdline)));
+    }
+    holders.sort();
+    holders.dedup();
+    holders
 }

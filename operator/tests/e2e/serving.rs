@@ -74,16 +74,10 @@ pub async fn run(env: &Env) -> Result<()> {
 
     // Each pod's metrics port counts the requests it served, under Triton's names.
     for ip in &ips {
-        let url = format!("http://{ip}:{}/metrics", ports.metrics);
-        let text = http.get(&url).send().await?.error_for_status()?.text().await?;
-        let served = text
-            .lines()
-            .find(|l| l.starts_with("nv_inference_request_success{") && l.contains(&format!("model=\"{MODEL}\"")))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .with_context(|| format!("no nv_inference_request_success for {MODEL} at {url}"))?;
+        let served = inference::requests_served(&http, *ip, ports.metrics, MODEL).await?;
         ensure!(
             served >= 3.0,
-            "{url}: nv_inference_request_success {served}, 3 requests were sent"
+            "{ip}: nv_inference_request_success {served}, 3 requests were sent"
         );
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! pods on the process nodes. Whichever scenario runs first deploys it; the
 //! others find it in place.
 
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use nereid_operator::builders::service::{self, Ports};
 
@@ -20,8 +20,13 @@ const CREDENTIALS: &str = "s3-credentials";
 
 /// An InferenceModel from `s3://e2e-serving/<name>` on the process nodes.
 pub fn manifest(name: &str, replicas: i32) -> String {
+    manifest_placed(name, replicas, ON_PROCESS_NODES)
+}
+
+/// [`manifest`] with its own `scheduling` (spec lines, as [`ON_PROCESS_NODES`]).
+pub fn manifest_placed(name: &str, replicas: i32, scheduling: &str) -> String {
     let source = format!("    uri: s3://{BUCKET}/{name}\n    credentialsSecret: {CREDENTIALS}\n");
-    models::manifest_of(name, replicas, &source, SMALL_CPU, ON_PROCESS_NODES)
+    models::manifest_of(name, replicas, &source, SMALL_CPU, scheduling)
 }
 
 /// The namespace, the bucket and the credentials Secret (idempotent).
@@ -29,6 +34,24 @@ pub async fn prepare(env: &Env) -> Result<()> {
     env.namespace(NAMESPACE).await?;
     s3::bucket(env, BUCKET).await?;
     models::apply(env, NAMESPACE, &s3::credentials_secret(env, CREDENTIALS)).await
+}
+
+/// The `simple` example under another name (its folder and its config's
+/// `name`), in the bucket at `s3://e2e-serving/<name>`.
+pub async fn upload_as(env: &Env, name: &str) -> Result<()> {
+    let folder = env.scratch(name);
+    let _ = std::fs::remove_dir_all(&folder);
+    std::fs::create_dir_all(folder.join("1"))?;
+    let source = env.path(MODEL_FOLDER);
+    std::fs::copy(source.join("1/model.onnx"), folder.join("1/model.onnx"))?;
+    let config = std::fs::read_to_string(source.join("config.pbtxt"))?;
+    let named = format!("name: \"{MODEL}\"");
+    ensure!(config.contains(&named), "the simple example names itself");
+    std::fs::write(
+        folder.join("config.pbtxt"),
+        config.replace(&named, &format!("name: \"{name}\"")),
+    )?;
+    s3::upload_folder(env, &folder, BUCKET, name).await
 }
 
 /// `simple` with two replicas, Ready, and the ports its pods serve on.

@@ -1,11 +1,15 @@
 //! No path leaves a cluster behind: a harness killed with SIGKILL (no
 //! destructor, no signal handler) takes its control plane, its process
-//! nodes, their pods' servers and its S3 endpoint with it within a minute.
+//! nodes, their pods' servers, its S3 endpoint and every network namespace
+//! it made (its own, with its bridges and veths, and its pods') with it
+//! within a minute.
 //!
 //! The scenario runs this very binary as a second harness (a child in
-//! [`child`] mode, with its own cluster and pod range), waits until a pod of
-//! it serves, kills it, and watches every process it had started (by
-//! parentage, and any naming the child's folder) go away.
+//! [`child`] mode, with its own cluster in network namespaces of its own),
+//! waits until a pod of it serves, kills it, and watches every process it
+//! had started (by parentage, and any naming the child's folder) go away,
+//! and every network namespace they were in or had pinned (`ip netns add`
+//! pins a pod's with a mount) be held by nothing.
 
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
@@ -15,12 +19,11 @@ use anyhow::{Context, Result, bail, ensure};
 
 use crate::cluster::{self, Cluster};
 use crate::env::{Env, SERVER_IMAGE};
+use crate::netns;
 use crate::procfs::{self, Process};
 
 /// The variable that puts this binary in child mode, naming its folder.
 pub const CHILD_DIR: &str = "NEREID_E2E_KILL_PROBE";
-/// The child's pod range: the suite's cluster has 10.244.0.0/16.
-const CHILD_POD_CIDR: &str = "10.245.0.0/16";
 /// What the child prints once its pod serves.
 const SERVING: &str = "serving";
 /// How long everything may take to go once the harness is killed (the bar).
@@ -33,6 +36,8 @@ const PROGRAMS: &[&str] = &[
     "nereid-proc-node",
     "nereid-server",
     "moto_server",
+    "kube-proxy",
+    "coredns",
 ];
 
 pub async fn run(env: &Env) -> Result<()> {
@@ -40,7 +45,7 @@ pub async fn run(env: &Env) -> Result<()> {
     std::fs::create_dir_all(&dir)?;
     let marker = dir.to_str().context("a UTF-8 path")?.to_string();
     let stderr = std::fs::File::create(dir.join("harness.log"))?;
-    let mut child = Command::new(std::env::current_exe()?)
+    let mut child = netns::outside(&mut Command::new(std::env::current_exe()?))
         .env(CHILD_DIR, &dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -80,35 +85,47 @@ pub async fn run(env: &Env) -> Result<()> {
             "{program} is not among the second harness's processes: {running:#?}"
         );
     }
+    // The network namespaces the second harness made: those its processes
+    // are in (its own, its pods') and those pinned in its mount table, less
+    // this run's (its mount table began as a copy of this one's).
+    let ours: Vec<String> = procfs::net_namespace(std::process::id())
+        .into_iter()
+        .chain(procfs::pinned_net_namespaces(std::process::id()))
+        .collect();
+    let mut namespaces: Vec<String> = running
+        .iter()
+        .filter_map(|p| procfs::net_namespace(p.pid))
+        .chain(procfs::pinned_net_namespaces(child.id()))
+        .filter(|ns| !ours.contains(ns))
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    // Its own, and at least the serving pod's.
+    ensure!(
+        namespaces.len() >= 2,
+        "the second harness made {namespaces:?}, not its own and its pod's"
+    );
     child.kill().context("SIGKILL to the second harness")?;
     child.wait()?;
     let killed = Instant::now();
     loop {
         let left: Vec<&Process> = running.iter().filter(|p| p.alive()).collect();
-        let route = local_route(CHILD_POD_CIDR);
-        if left.is_empty() && !route {
+        let held = procfs::net_namespace_holders(&namespaces);
+        if left.is_empty() && held.is_empty() {
             println!(
-                "e2e: the {} processes of a SIGKILLed harness were gone {:.1}s after the kill",
+                "e2e: the {} processes and {} network namespaces of a SIGKILLed harness were gone {:.1}s after the kill",
                 running.len(),
+                namespaces.len(),
                 killed.elapsed().as_secs_f64()
             );
             let _ = std::fs::remove_dir_all(&dir);
             return Ok(());
         }
         if killed.elapsed() > GONE_WITHIN {
-            bail!("{GONE_WITHIN:?} after SIGKILL, still there: {left:#?} (pod route left: {route})");
+            bail!("{GONE_WITHIN:?} after SIGKILL, still there: {left:#?}; namespaces still held: {held:#?}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// Whether `cidr` is still local on lo.
-fn local_route(cidr: &str) -> bool {
-    Command::new("ip")
-        .args(["route", "show", "table", "local", cidr])
-        .output()
-        .map(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty())
-        .unwrap_or(false)
 }
 
 /// The second harness: a cluster with process nodes, one serving pod, then
@@ -125,8 +142,7 @@ pub fn child(repo: &Path, bin: &Path, dir: &Path) -> ExitCode {
 
 fn serve_until_killed(repo: &Path, bin: &Path, dir: &Path) -> Result<()> {
     // The parent harness has built the workspace already.
-    let mut serving = crate::workspace::serving(repo, false)?;
-    serving.pod_cidr = CHILD_POD_CIDR;
+    let serving = crate::workspace::serving(repo, false)?;
     let cluster = Cluster::start(repo, bin, dir, &serving)?;
     let kubectl = |args: &[&str], stdin: Option<&str>| -> Result<()> {
         let mut command = Command::new(bin.join("kubectl"));
