@@ -453,14 +453,14 @@ def _load_error_any(server: NereidServer, config: str) -> str:
 
 
 def test_shared_memory_over_http_answers_in_tritons_error_shape(server):
-    # A register without a key, a region that was never registered, and the
-    # CUDA extension this server lacks: each Triton's error JSON.
+    # A register without a key, a region that was never registered, and a
+    # CUDA register on a server without a GPU: each Triton's error JSON.
     resp = helpers.http_post(server, "/v2/systemsharedmemory/region/r/register")
     helpers.assert_http_error(resp, 400, contains=["'key' must be a string"])
     resp = helpers.http_get(server, "/v2/systemsharedmemory/region/never/status")
     helpers.assert_http_error(resp, 400, contains=["Unable to find system shared memory region: 'never'"])
-    resp = helpers.http_get(server, "/v2/cudasharedmemory/status")
-    helpers.assert_http_error(resp, 501, contains=["CUDA shared memory", "not supported"])
+    resp = helpers.http_post(server, "/v2/cudasharedmemory/region/r/register")
+    helpers.assert_http_error(resp, 400, contains=["'raw_handle'"])
 
 
 def test_no_environment_variable_leaks_into_any_error(explicit_server):

@@ -128,9 +128,3 @@ def test_memory_outside_a_registered_region_is_refused(server, regions, protocol
     assert "Unable to find system shared memory region" in str(failure.value)
     # And the server still answers.
     assert client.is_server_ready()
-
-
-def test_cuda_shared_memory_says_it_is_not_supported(server):
-    r = helpers.http_get(server, "/v2/cudasharedmemory/status")
-    assert r.status_code == 501, r.status_code
-    assert "CUDA shared memory is not supported" in r.json()["error"]

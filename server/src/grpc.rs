@@ -131,10 +131,6 @@ async fn infer(server: &InferenceServer, request: Request<ModelInferRequest>) ->
     Ok(reply)
 }
 
-fn unimplemented<T>(what: &str) -> GrpcResult<T> {
-    Err(Status::unimplemented(format!("{what} is not supported by this server")))
-}
-
 #[tonic::async_trait]
 impl GrpcInferenceService for InferenceService {
     async fn server_live(&self, _: Request<ServerLiveRequest>) -> GrpcResult<ServerLiveResponse> {
@@ -350,23 +346,50 @@ impl GrpcInferenceService for InferenceService {
 
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<CudaSharedMemoryStatusRequest>,
+        request: Request<CudaSharedMemoryStatusRequest>,
     ) -> GrpcResult<CudaSharedMemoryStatusResponse> {
-        unimplemented("CUDA shared memory")
+        let name = request.into_inner().name;
+        let regions = self
+            .server
+            .cuda_shared_memory()
+            .status((!name.is_empty()).then_some(name.as_str()))
+            .map_err(to_status)?;
+        let regions = regions
+            .into_iter()
+            .map(|r| {
+                let status = cuda_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    device_id: r.device_id,
+                    byte_size: r.byte_size,
+                };
+                (r.name, status)
+            })
+            .collect();
+        Ok(Response::new(CudaSharedMemoryStatusResponse { regions }))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<CudaSharedMemoryRegisterRequest>,
+        request: Request<CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryRegisterResponse> {
-        unimplemented("CUDA shared memory")
+        let r = request.into_inner();
+        self.server
+            .cuda_shared_memory()
+            .register(&r.name, &r.raw_handle, r.device_id, r.byte_size)
+            .map_err(to_status)?;
+        Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
 
+    /// An empty name unregisters every region.
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<CudaSharedMemoryUnregisterRequest>,
+        request: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryUnregisterResponse> {
-        unimplemented("CUDA shared memory")
+        let name = request.into_inner().name;
+        self.server
+            .cuda_shared_memory()
+            .unregister((!name.is_empty()).then_some(name.as_str()));
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn trace_setting(&self, request: Request<TraceSettingRequest>) -> GrpcResult<TraceSettingResponse> {

@@ -191,16 +191,19 @@ fn router(state: AppState) -> Router {
                     "/v2/systemsharedmemory/region/{region}/unregister",
                     post(shared_memory::unregister),
                 )
-                .route("/v2/cudasharedmemory/status", get(shared_memory::cuda))
-                .route("/v2/cudasharedmemory/region/{region}/status", get(shared_memory::cuda))
+                .route("/v2/cudasharedmemory/status", get(shared_memory::cuda_status))
+                .route(
+                    "/v2/cudasharedmemory/region/{region}/status",
+                    get(shared_memory::cuda_status),
+                )
                 .route(
                     "/v2/cudasharedmemory/region/{region}/register",
-                    post(shared_memory::cuda),
+                    post(shared_memory::cuda_register),
                 )
-                .route("/v2/cudasharedmemory/unregister", post(shared_memory::cuda))
+                .route("/v2/cudasharedmemory/unregister", post(shared_memory::cuda_unregister))
                 .route(
                     "/v2/cudasharedmemory/region/{region}/unregister",
-                    post(shared_memory::cuda),
+                    post(shared_memory::cuda_unregister),
                 ),
         ))
         .fallback(|| async { with_status(StatusCode::NOT_FOUND, "Not Found") })

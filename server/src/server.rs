@@ -18,6 +18,7 @@ use crate::model_repository_manager::{IndexEntry, ModelRepositoryManager};
 use crate::parameter::Parameter;
 use crate::request::InferRequest;
 use crate::response::InferResponse;
+use crate::shared_memory::cuda::CudaSharedMemory;
 use crate::shared_memory::{SharedMemory, TensorRegion};
 use crate::statistics::StatsSnapshot;
 use crate::trace::Traces;
@@ -80,6 +81,7 @@ pub struct InferenceServer {
     log: Arc<LogControl>,
     traces: Arc<Traces>,
     shared_memory: SharedMemory,
+    cuda_shared_memory: CudaSharedMemory,
 }
 
 impl InferenceServer {
@@ -91,6 +93,7 @@ impl InferenceServer {
             log,
             traces,
             shared_memory: SharedMemory::default(),
+            cuda_shared_memory: CudaSharedMemory,
         })
     }
 
@@ -328,6 +331,10 @@ impl InferenceServer {
     /// The system shared memory regions.
     pub fn shared_memory(&self) -> &SharedMemory {
         &self.shared_memory
+    }
+
+    pub fn cuda_shared_memory(&self) -> &CudaSharedMemory {
+        &self.cuda_shared_memory
     }
 
     /// Statistics of the ready versions of one model (`name` given) or of

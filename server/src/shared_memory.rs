@@ -14,9 +14,9 @@
 //! and one whose output region went away meanwhile fails with that reason.
 //!
 //! - [`mapping`]: the mapped object, the module with the `unsafe` calls.
-//!
-//! CUDA shared memory is not supported (it comes with GPU support).
+//! - [`cuda`]: CUDA shared memory, on a server without a GPU.
 
+pub mod cuda;
 mod mapping;
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
-//! Triton's system shared memory extension over HTTP: register, status and
-//! unregister of named regions. CUDA shared memory answers Triton's error
-//! JSON saying it is not supported.
+//! Triton's shared memory extensions over HTTP: register, status and
+//! unregister of named regions, system and CUDA (on a server without a GPU,
+//! see `shared_memory::cuda`).
 
 use std::collections::HashMap;
 
@@ -63,7 +63,59 @@ pub(super) async fn unregister(State(s): State<AppState>, Path(p): Path<HashMap<
     Ok(StatusCode::OK.into_response())
 }
 
-/// Every CUDA shared memory route.
-pub(super) async fn cuda() -> HandlerResult {
-    Err(Error::unsupported("CUDA shared memory is not supported by this server (it has no GPU support yet)").into())
+/// `GET /v2/cudasharedmemory[/region/{region}]/status`.
+pub(super) async fn cuda_status(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+    let regions = s
+        .server
+        .cuda_shared_memory()
+        .status(p.get("region").map(String::as_str))?;
+    let rows: Vec<Value> = regions
+        .into_iter()
+        .map(|r| json!({"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}))
+        .collect();
+    Ok(axum::Json(Value::Array(rows)).into_response())
+}
+
+/// `POST /v2/cudasharedmemory/region/{region}/register` with
+/// `{"raw_handle": {"b64": ...}, "device_id": ..., "byte_size": ...}`.
+pub(super) async fn cuda_register(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> HandlerResult {
+    use base64::Engine;
+    let region = p.get("region").map_or("", String::as_str);
+    let body = control_body(&s, &headers, body).await?;
+    let handle = body
+        .get("raw_handle")
+        .ok_or_else(|| Error::invalid("Shared memory register request has no 'raw_handle' field"))?
+        .get("b64")
+        .and_then(Value::as_str)
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .ok_or_else(|| Error::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"))?;
+    let number = |field: &str| -> Result<u64, Error> {
+        body.get(field).and_then(Value::as_u64).ok_or_else(|| {
+            Error::invalid(format!(
+                "shared memory register: '{field}' must be a non-negative integer"
+            ))
+        })
+    };
+    let device_id = i64::try_from(number("device_id")?)
+        .map_err(|_| Error::invalid("shared memory register: 'device_id' is too large"))?;
+    s.server
+        .cuda_shared_memory()
+        .register(region, &handle, device_id, number("byte_size")?)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// `POST /v2/cudasharedmemory[/region/{region}]/unregister`.
+pub(super) async fn cuda_unregister(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+) -> HandlerResult {
+    s.server
+        .cuda_shared_memory()
+        .unregister(p.get("region").map(String::as_str));
+    Ok(StatusCode::OK.into_response())
 }
