@@ -9,7 +9,8 @@
 //! model_transaction_policy { decoupled: true }
 //! input [
 //!   { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },                # the elements
-//!   { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] optional: true }  # ms before each
+//!   { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] optional: true }, # ms before each
+//!   { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] optional: true }    # ms the instance holds
 //! ]
 //! output [
 //!   { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] },                # the element
@@ -20,9 +21,18 @@
 //! The tensors are taken by position, so any names work: the first input
 //! (any fixed-size datatype; the first output has the same), an optional
 //! second input of UINT32 delays in milliseconds (one per element, or one
-//! for all; the parameter `delay_ms` when absent), and a second output of
-//! UINT32 positions. A request whose client has gone away gets no more
-//! responses: the backend stops at the next element.
+//! for all; the parameter `delay_ms` when absent), an optional third input
+//! WAIT, and a second output of UINT32 positions. A request whose client
+//! has gone away gets no more responses: the backend stops at the next
+//! element.
+//!
+//! WAIT (one UINT32, milliseconds) is how long the instance holds the
+//! request before it takes the next one, as Triton's repeat backend has it.
+//! Triton sends the responses from a thread of their own and releases the
+//! instance after WAIT; here the instance sends them itself and then waits
+//! out what is left of WAIT, so it is busy for the longer of the two. The
+//! responses are the same; only how requests overlap on one instance
+//! differs.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -51,9 +61,9 @@ impl Backend for RepeatBackend {
         if !config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
             return Err(bad("it is decoupled: set model_transaction_policy { decoupled: true }"));
         }
-        if config.input.is_empty() || config.input.len() > 2 || config.output.len() != 2 {
+        if config.input.is_empty() || config.input.len() > 3 || config.output.len() != 2 {
             return Err(bad(
-                "it needs one or two inputs (values, delays) and two outputs (value, index)",
+                "it needs one to three inputs (values, delays, wait) and two outputs (value, index)",
             ));
         }
         let datatype = input_datatype(&config.input[0])
@@ -63,12 +73,11 @@ impl Backend for RepeatBackend {
             return Err(bad("its first output needs the first input's data_type"));
         }
         if output_datatype(&config.output[1]) != Some(DataType::Uint32)
-            || config
-                .input
-                .get(1)
-                .is_some_and(|d| input_datatype(d) != Some(DataType::Uint32))
+            || config.input[1..]
+                .iter()
+                .any(|d| input_datatype(d) != Some(DataType::Uint32))
         {
-            return Err(bad("its delays input and index output are UINT32"));
+            return Err(bad("its delays and wait inputs and its index output are UINT32"));
         }
         let delay = match parameter(config, "delay_ms") {
             None => Duration::ZERO,
@@ -80,6 +89,7 @@ impl Backend for RepeatBackend {
         Ok(Box::new(Repeat {
             values: config.input[0].name.clone(),
             delays: config.input.get(1).map(|i| i.name.clone()),
+            wait: config.input.get(2).map(|i| i.name.clone()),
             value: config.output[0].name.clone(),
             index: config.output[1].name.clone(),
             datatype,
@@ -95,6 +105,7 @@ impl Backend for RepeatBackend {
 struct Repeat {
     values: String,
     delays: Option<String>,
+    wait: Option<String>,
     value: String,
     index: String,
     datatype: DataType,
@@ -113,21 +124,23 @@ impl ModelInstance for Repeat {
         let started = Instant::now();
         let size = self.datatype.byte_size().expect("checked at creation");
         for (at, inputs) in requests.iter().enumerate() {
+            let began = Instant::now();
             let values = inputs
                 .iter()
                 .find(|t| t.name == self.values)
                 .ok_or_else(|| Error::invalid(format!("repeat: missing input '{}'", self.values)))?;
-            let delays: Vec<u32> = self
-                .delays
-                .as_ref()
-                .and_then(|name| inputs.iter().find(|t| &t.name == name))
-                .map(|t| {
-                    t.data
-                        .chunks_exact(4)
-                        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let delays = uint32s(inputs, self.delays.as_deref());
+            let wait = match uint32s(inputs, self.wait.as_deref()).as_slice() {
+                [] => Duration::ZERO,
+                [ms] => Duration::from_millis(u64::from(*ms)),
+                many => {
+                    return Err(Error::invalid(format!(
+                        "repeat: input '{}' holds one value, got {}",
+                        self.wait.as_deref().unwrap_or_default(),
+                        many.len()
+                    )));
+                }
+            };
             for (i, element) in values.data.chunks_exact(size).enumerate() {
                 let wait = match delays.as_slice() {
                     [] => self.delay,
@@ -157,12 +170,27 @@ impl ModelInstance for Repeat {
                     break;
                 }
             }
+            if !sink.is_cancelled(at) {
+                std::thread::sleep(wait.saturating_sub(began.elapsed()));
+            }
         }
         Ok(ComputeTiming {
             infer: started.elapsed(),
             ..ComputeTiming::default()
         })
     }
+}
+
+/// The UINT32 values of input `name`, if the request has it.
+fn uint32s(inputs: &[Tensor], name: Option<&str>) -> Vec<u32> {
+    name.and_then(|name| inputs.iter().find(|t| t.name == name))
+        .map(|t| {
+            t.data
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -173,7 +201,8 @@ mod tests {
 
     const CONFIG: &str = r#"name: "repeat" backend: "repeat" max_batch_size: 0
         model_transaction_policy { decoupled: true }
-        input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] optional: true } ]
+        input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] optional: true },
+                { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] optional: true } ]
         output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]"#;
 
     /// Records responses; "cancels" a request after `stop_after` of them.
@@ -228,6 +257,47 @@ mod tests {
             })
             .collect();
         assert_eq!(seen, [(0, 4, 0), (0, 5, 1), (0, 6, 2), (1, 9, 0)]);
+    }
+
+    fn uint32(name: &str, value: u32) -> Tensor {
+        Tensor::new(
+            name,
+            DataType::Uint32,
+            vec![1],
+            Bytes::copy_from_slice(&value.to_le_bytes()),
+        )
+    }
+
+    #[test]
+    fn wait_holds_the_instance_after_the_responses() {
+        let mut sink = Recorder {
+            sent: Vec::new(),
+            stop_after: usize::MAX,
+        };
+        let started = Instant::now();
+        instance()
+            .execute_decoupled(vec![vec![ints(&[7, 8]), uint32("WAIT", 150)]], &mut sink)
+            .unwrap();
+        assert_eq!(sink.sent.len(), 2);
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_wait_of_more_than_one_value_is_refused() {
+        let mut sink = Recorder {
+            sent: Vec::new(),
+            stop_after: usize::MAX,
+        };
+        let wait = Tensor::new("WAIT", DataType::Uint32, vec![2], Bytes::from_static(&[0; 8]));
+        let e = instance()
+            .execute_decoupled(vec![vec![ints(&[7]), wait]], &mut sink)
+            .unwrap_err();
+        assert!(e.message().contains("'WAIT' holds one value, got 2"), "{e}");
+        assert!(sink.sent.is_empty());
     }
 
     #[test]
