@@ -10,6 +10,7 @@ pub mod builtin;
 pub mod onnx;
 pub mod registry;
 pub mod remote;
+pub mod settings;
 
 pub use registry::BackendKind;
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use nereid_server::backend::settings::BackendConfig;
 use nereid_server::logging::{LogFormat, LogSettings};
 use nereid_server::model_repository_manager::ControlMode;
 use nereid_server::restricted_api::RestrictionFlag;
@@ -48,6 +49,13 @@ pub struct Args {
     /// Do not complete missing config fields from the model file.
     #[arg(long)]
     pub disable_auto_complete_config: bool,
+
+    /// Triton's backend settings: `<backend>,<setting>=<value>`, or
+    /// `<setting>=<value>` for every backend that has it; may repeat. Known:
+    /// `onnxruntime,default-max-batch-size=N`, what auto-complete sets an
+    /// unset max_batch_size to (4 unless set).
+    #[arg(long = "backend-config")]
+    pub backend_config: Vec<BackendConfig>,
 
     /// `MODEL=FILE`: a partial model config in JSON merged over MODEL's
     /// config.pbtxt at every load (JSON merge patch); may repeat. The

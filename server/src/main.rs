@@ -19,6 +19,7 @@ use cli::{Args, listen_address};
 use hyper_util::service::TowerToHyperService;
 use nereid_server::allocator;
 use nereid_server::backend::onnx;
+use nereid_server::backend::settings::BackendSettings;
 use nereid_server::grpc::{self, GrpcOptions};
 use nereid_server::http::body::BodyLimits;
 use nereid_server::http::{self, HttpOptions};
@@ -234,6 +235,7 @@ fn build_server(
         args.model_control_mode,
         LoadOptions {
             autocomplete: !args.disable_auto_complete_config,
+            backend_settings: BackendSettings::from_configs(&args.backend_config),
             patches: args.model_config_patches.iter().cloned().collect(),
             metrics: Arc::clone(metrics),
             // Set by the manager, which holds the loaded models.

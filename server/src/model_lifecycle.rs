@@ -17,6 +17,7 @@ use nereid_proto::inference::{
 };
 
 use crate::backend::BackendKind;
+use crate::backend::settings::BackendSettings;
 use crate::backend::{self, remote};
 use crate::ensemble_scheduler::plan;
 use crate::error::{Error, Result};
@@ -38,6 +39,8 @@ pub struct PreparedModel {
 pub struct LoadOptions {
     /// Complete missing config fields from the model file.
     pub autocomplete: bool,
+    /// The backends' settings (`--backend-config`).
+    pub backend_settings: BackendSettings,
     /// Per model, a JSON file merged over its `config.pbtxt` (`--model-config-patch`).
     pub patches: BTreeMap<String, std::path::PathBuf>,
     /// Where every loaded version registers its metrics.
@@ -50,6 +53,7 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             autocomplete: false,
+            backend_settings: BackendSettings::default(),
             patches: BTreeMap::new(),
             metrics: Metrics::disabled(),
             members: Members::default(),
@@ -147,7 +151,7 @@ pub fn prepare(
 
     if let Some(signature) = backend::for_kind(kind).signature(&config, latest_dir)? {
         if autocomplete_enabled {
-            autocomplete::complete(&mut config, &signature)?;
+            autocomplete::complete(&mut config, &signature, options.backend_settings.default_max_batch_size)?;
         }
         autocomplete::check_against(&config, &signature)?;
     }

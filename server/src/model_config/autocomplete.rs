@@ -5,13 +5,16 @@
 //! model's inputs and outputs and fills in the config. The rules are Triton's
 //! ONNX Runtime backend's: completion runs only when the config lacks its
 //! inputs or its outputs; a model whose every input and output has a dynamic
-//! first dimension can batch, so an unset `max_batch_size` becomes
-//! [`DEFAULT_MAX_BATCH_SIZE`] (with `dynamic_batching {}` when it is above 1)
-//! and the first dimension becomes the batch dimension.
+//! first dimension can batch, so an unset `max_batch_size` becomes the
+//! default (`--backend-config=default-max-batch-size=N`, 4 unless set; with
+//! a warning that says so, as Triton logs it), and the first dimension
+//! becomes the batch dimension. A model that can batch with a
+//! `max_batch_size` above 1, given or filled in, gets `dynamic_batching {}`
+//! unless it chose a scheduler.
 
 use nereid_proto::inference::{ModelConfig, ModelDynamicBatching, ModelInput, ModelOutput, model_config};
 
-use super::{DEFAULT_MAX_BATCH_SIZE, model_dims, sequence};
+use super::{model_dims, sequence};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 
@@ -39,23 +42,35 @@ impl ModelSignature {
     }
 }
 
-/// Fills what the config leaves out from the model's signature.
-pub fn complete(config: &mut ModelConfig, signature: &ModelSignature) -> Result<()> {
+/// Fills what the config leaves out from the model's signature; an unset
+/// `max_batch_size` of a model that can batch becomes `default_max_batch_size`.
+pub fn complete(config: &mut ModelConfig, signature: &ModelSignature, default_max_batch_size: i32) -> Result<()> {
     if !config.input.is_empty() && !config.output.is_empty() {
         return Ok(());
     }
-    if !signature.can_batch() && config.max_batch_size != 0 {
-        return Err(Error::invalid(
-            "autofill failed: model does not support batching while non-zero max_batch_size is specified",
-        ));
+    let can_batch = signature.can_batch();
+    if !can_batch && config.max_batch_size != 0 {
+        return Err(Error::invalid(format!(
+            "autofill failed for model '{}': model does not support batching while non-zero max_batch_size is specified",
+            config.name
+        )));
     }
-    if config.max_batch_size == 0 && signature.can_batch() {
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
-        if config.max_batch_size > 1 && config.scheduling_choice.is_none() {
-            config.scheduling_choice = Some(model_config::SchedulingChoice::DynamicBatching(
-                ModelDynamicBatching::default(),
-            ));
-        }
+    if config.max_batch_size == 0 && can_batch {
+        config.max_batch_size = default_max_batch_size.max(0);
+        tracing::warn!(
+            model = %config.name,
+            max_batch_size = config.max_batch_size,
+            "autofilled max_batch_size to {} for model '{}' since batching is supported but no max_batch_size is \
+             specified in model configuration. Must specify max_batch_size to utilize autofill with a larger max \
+             batch size",
+            config.max_batch_size,
+            config.name
+        );
+    }
+    if can_batch && config.max_batch_size > 1 && config.scheduling_choice.is_none() {
+        config.scheduling_choice = Some(model_config::SchedulingChoice::DynamicBatching(
+            ModelDynamicBatching::default(),
+        ));
     }
     let batch_dims = usize::from(config.max_batch_size > 0);
     // Control and state tensors are the server's to feed and keep, never
@@ -276,6 +291,7 @@ fn names(tensors: &[TensorSignature]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model_config::DEFAULT_MAX_BATCH_SIZE;
 
     fn sig(name: &str, dims: &[i64]) -> TensorSignature {
         TensorSignature {
@@ -295,7 +311,7 @@ mod tests {
     #[test]
     fn empty_config_is_completed_with_batching() {
         let mut config = ModelConfig::default();
-        complete(&mut config, &mlp()).unwrap();
+        complete(&mut config, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
         assert_eq!(config.max_batch_size, DEFAULT_MAX_BATCH_SIZE);
         assert_eq!(config.input[0].name, "X");
         assert_eq!(config.input[0].dims, vec![256]);
@@ -315,7 +331,7 @@ mod tests {
             outputs: vec![sig("Y", &[1, 10])],
         };
         let mut config = ModelConfig::default();
-        complete(&mut config, &signature).unwrap();
+        complete(&mut config, &signature, DEFAULT_MAX_BATCH_SIZE).unwrap();
         assert_eq!(config.max_batch_size, 0);
         assert_eq!(config.input[0].dims, vec![1, 256]);
         check_against(&config, &signature).unwrap();
@@ -324,8 +340,52 @@ mod tests {
             max_batch_size: 8,
             ..Default::default()
         };
-        let err = complete(&mut batching, &signature).unwrap_err();
+        let err = complete(&mut batching, &signature, DEFAULT_MAX_BATCH_SIZE).unwrap_err();
         assert!(err.message().contains("does not support batching"), "{err}");
+    }
+
+    #[test]
+    fn the_default_max_batch_size_is_the_backends_setting() {
+        let mut config = ModelConfig::default();
+        complete(&mut config, &mlp(), 8).unwrap();
+        assert_eq!(config.max_batch_size, 8);
+        let mut unbatched = ModelConfig::default();
+        complete(&mut unbatched, &mlp(), 0).unwrap();
+        assert_eq!(unbatched.max_batch_size, 0);
+        assert_eq!(unbatched.scheduling_choice, None);
+        assert_eq!(unbatched.input[0].dims, vec![-1, 256]);
+    }
+
+    /// Triton's ONNX Runtime backend adds the dynamic batcher to a model
+    /// that can batch also when the config gave `max_batch_size` itself.
+    #[test]
+    fn a_given_max_batch_size_above_one_gets_the_dynamic_batcher() {
+        let mut config = ModelConfig {
+            max_batch_size: 2,
+            ..Default::default()
+        };
+        complete(&mut config, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
+        assert_eq!(config.max_batch_size, 2);
+        assert!(matches!(
+            config.scheduling_choice,
+            Some(model_config::SchedulingChoice::DynamicBatching(_))
+        ));
+        let mut one = ModelConfig {
+            max_batch_size: 1,
+            ..Default::default()
+        };
+        complete(&mut one, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
+        assert_eq!(one.scheduling_choice, None);
+        let mut sequence = ModelConfig {
+            max_batch_size: 2,
+            scheduling_choice: Some(model_config::SchedulingChoice::SequenceBatching(Default::default())),
+            ..Default::default()
+        };
+        complete(&mut sequence, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
+        assert!(matches!(
+            sequence.scheduling_choice,
+            Some(model_config::SchedulingChoice::SequenceBatching(_))
+        ));
     }
 
     #[test]
@@ -339,7 +399,7 @@ mod tests {
             }],
             ..Default::default()
         };
-        complete(&mut config, &mlp()).unwrap();
+        complete(&mut config, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
         assert_eq!(config.max_batch_size, 2);
         assert_eq!(config.input[0].data_type, DataType::Fp32.to_config());
         assert_eq!(config.output[0].name, "Y");
@@ -350,19 +410,19 @@ mod tests {
     #[test]
     fn complete_config_is_left_alone() {
         let mut config = ModelConfig::default();
-        complete(&mut config, &mlp()).unwrap();
+        complete(&mut config, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
         let mut explicit = config.clone();
         explicit.max_batch_size = 0;
         explicit.scheduling_choice = None;
         let before = explicit.clone();
-        complete(&mut explicit, &mlp()).unwrap();
+        complete(&mut explicit, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
         assert_eq!(explicit, before);
     }
 
     #[test]
     fn disagreements_are_reported() {
         let mut config = ModelConfig::default();
-        complete(&mut config, &mlp()).unwrap();
+        complete(&mut config, &mlp(), DEFAULT_MAX_BATCH_SIZE).unwrap();
         let mut wrong_type = config.clone();
         wrong_type.input[0].data_type = DataType::Int32.to_config();
         let err = check_against(&wrong_type, &mlp()).unwrap_err();
