@@ -68,6 +68,29 @@ def build_simple() -> onnx.ModelProto:
     return _finish(graph)
 
 
+def build_simple_string() -> onnx.ModelProto:
+    """Triton's simple_string: simple's add/sub on decimal strings (BYTES [batch, 16])."""
+    shape = ["batch", 16]
+    inputs = [
+        helper.make_tensor_value_info("INPUT0", TensorProto.STRING, shape),
+        helper.make_tensor_value_info("INPUT1", TensorProto.STRING, shape),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("OUTPUT0", TensorProto.STRING, shape),
+        helper.make_tensor_value_info("OUTPUT1", TensorProto.STRING, shape),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["INPUT0"], ["a"], to=TensorProto.INT32, name="parse0"),
+        helper.make_node("Cast", ["INPUT1"], ["b"], to=TensorProto.INT32, name="parse1"),
+        helper.make_node("Add", ["a", "b"], ["sum"], name="add"),
+        helper.make_node("Sub", ["a", "b"], ["difference"], name="sub"),
+        helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=TensorProto.STRING, name="print0"),
+        helper.make_node("Cast", ["difference"], ["OUTPUT1"], to=TensorProto.STRING, name="print1"),
+    ]
+    graph = helper.make_graph(nodes, "simple_string", inputs, outputs)
+    return _finish(graph)
+
+
 def mlp_weights() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SEED)
     w1 = (rng.standard_normal((MLP_IN, MLP_HIDDEN)) * WEIGHT_SCALE).astype(np.float32)
@@ -94,6 +117,7 @@ def build_mlp_small() -> onnx.ModelProto:
 
 MODELS = {
     "simple": build_simple,
+    "simple_string": build_simple_string,
     "mlp_small": build_mlp_small,
 }
 
@@ -138,6 +162,17 @@ def verify_models(models_dir: Path) -> None:
     np.testing.assert_array_equal(out0, a + b)
     np.testing.assert_array_equal(out1, a - b)
     print(f"[ok]    {path}: add/sub match numpy")
+
+    # simple_string
+    path = model_path(models_dir, "simple_string")
+    onnx.checker.check_model(str(path), full_check=True)
+    sess = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    a = rng.integers(-1000, 1000, size=(2, 16), dtype=np.int32)
+    b = rng.integers(-1000, 1000, size=(2, 16), dtype=np.int32)
+    out0, out1 = sess.run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a.astype(str).astype(object), "INPUT1": b.astype(str).astype(object)})
+    np.testing.assert_array_equal(out0.astype(np.int32), a + b)
+    np.testing.assert_array_equal(out1.astype(np.int32), a - b)
+    print(f"[ok]    {path}: add/sub on strings match numpy")
 
     # mlp_small
     path = model_path(models_dir, "mlp_small")

@@ -40,6 +40,7 @@ SHUTDOWN_TIMEOUT = 30.0
 
 ALL_EXAMPLE_MODELS = (
     "accumulate_int32", "identity", "identity_bytes", "identity_fp16", "mlp_small", "repeat_int32", "simple",
+    "simple_string",
 )
 
 # Limits of the `small_server` fixture.

@@ -32,11 +32,13 @@
 //! logging                         tracing with Triton's log settings, changeable at run time
 //! trace                           OpenTelemetry request traces, Triton's trace settings
 //! backend                         the Backend trait and its registry; onnx (ort), builtin (identity,
-//!                                 add_sub, repeat, accumulate), and remote (another server's model)
+//!                                 add_sub, repeat, accumulate), and remote (another server's model);
+//!                                 settings (--backend-config)
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
-//! shared_memory                   Triton's system shared memory regions (the mapped memory)
+//! shared_memory                   Triton's system shared memory regions (the mapped memory), and
+//!                                 CUDA's (none without a GPU)
 //! in_flight                       counts requests so shutdown drains exactly them
 //! memory_budget                   the global cap on request bytes held at once
 //! ```
