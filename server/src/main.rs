@@ -21,7 +21,7 @@ use nereid_server::allocator;
 use nereid_server::backend::onnx;
 use nereid_server::backend::settings::BackendSettings;
 use nereid_server::grpc::{self, GrpcOptions};
-use nereid_server::http::body::BodyLimits;
+use nereid_server::http::body::{BodyLimits, SizeLimit};
 use nereid_server::http::{self, HttpOptions};
 use nereid_server::in_flight::InFlight;
 use nereid_server::logging::{self, LogControl};
@@ -311,6 +311,7 @@ fn serve(
             body: BodyLimits {
                 max_size: args.http.http_max_input_size,
                 timeout: Duration::from_secs(args.http.http_body_timeout_secs),
+                kind: SizeLimit::Input,
             },
             budget,
             restricted: protection.http_restricted,

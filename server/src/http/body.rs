@@ -28,6 +28,33 @@ pub struct BodyLimits {
     pub max_size: usize,
     /// Longest time from the request's headers to its last body byte.
     pub timeout: Duration,
+    /// Which limit `max_size` is, for the refusal.
+    pub kind: SizeLimit,
+}
+
+/// The limit a body is held to, named in its refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeLimit {
+    /// An inference request's (`--http-max-input-size`).
+    Input,
+    /// A control request's (model repository, settings, shared memory):
+    /// fixed, and far smaller, because its JSON is read into values.
+    Control,
+}
+
+impl SizeLimit {
+    /// The refusal of a body (or its inflated form) over `limit` bytes.
+    pub fn refusal(self, inflated: bool, limit: usize) -> Error {
+        let what = if inflated { "decompressed request size" } else { "request size" };
+        Error::invalid(match self {
+            SizeLimit::Input => format!(
+                "{what} exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
+            ),
+            SizeLimit::Control => {
+                format!("{what} exceeds the maximum of {limit} bytes of a control request (repository, settings, shared memory)")
+            }
+        })
+    }
 }
 
 /// A body as it arrived: its bytes, and how they are compressed.
@@ -40,9 +67,9 @@ impl Received {
     /// The body inflated (within `max_size`, the inflated bytes added to
     /// `reservation`), or as it is when it was not compressed. CPU-heavy for
     /// a large compressed body: callers run it where decoding runs.
-    pub fn inflate(self, max_size: usize, reservation: &mut Reservation) -> Result<Bytes> {
+    pub fn inflate(self, limits: BodyLimits, reservation: &mut Reservation) -> Result<Bytes> {
         match self.encoding {
-            Some(encoding) => compression::decompress(encoding, &self.bytes, max_size, reservation),
+            Some(encoding) => compression::decompress(encoding, &self.bytes, limits.max_size, limits.kind, reservation),
             None => Ok(self.bytes),
         }
     }
@@ -53,7 +80,7 @@ impl Received {
 pub async fn read(body: Body, headers: &HeaderMap, limits: BodyLimits, reservation: &mut Reservation) -> Result<Bytes> {
     receive(body, headers, limits, reservation)
         .await?
-        .inflate(limits.max_size, reservation)
+        .inflate(limits, reservation)
 }
 
 /// Reads the whole body as it was sent; the bytes held are added to `reservation`.
@@ -74,7 +101,7 @@ where
         .and_then(|v| v.trim().parse::<u64>().ok());
     // The clock starts only if the body has to be waited for: a small one
     // has usually arrived with its headers, and then costs no timer.
-    let mut collecting = std::pin::pin!(collect(body, announced, limits.max_size, reservation));
+    let mut collecting = std::pin::pin!(collect(body, announced, limits, reservation));
     let read = match futures::poll!(collecting.as_mut()) {
         Poll::Ready(read) => read,
         Poll::Pending => match tokio::time::timeout(limits.timeout, collecting).await {
@@ -90,16 +117,13 @@ where
     Ok(Received { bytes: read?, encoding })
 }
 
-async fn collect<B>(body: B, announced: Option<u64>, limit: usize, reservation: &mut Reservation) -> Result<Bytes>
+async fn collect<B>(body: B, announced: Option<u64>, limits: BodyLimits, reservation: &mut Reservation) -> Result<Bytes>
 where
     B: http_body::Body<Data = Bytes> + Unpin,
     B::Error: std::fmt::Display,
 {
-    let too_large = || {
-        Error::invalid(format!(
-            "request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
-        ))
-    };
+    let limit = limits.max_size;
+    let too_large = || limits.kind.refusal(false, limit);
     // The announced size is reserved up front: a body that cannot fit is
     // refused before any of it is kept. Frames beyond it (a lying client)
     // are reserved as they come.
@@ -172,6 +196,7 @@ mod tests {
         BodyLimits {
             max_size,
             timeout: Duration::from_secs(5),
+            kind: SizeLimit::Input,
         }
     }
 

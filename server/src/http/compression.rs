@@ -9,6 +9,7 @@ use flate2::read::{GzDecoder, ZlibDecoder};
 use flate2::write::{GzEncoder, ZlibEncoder};
 
 use crate::error::{Error, Result};
+use super::body::SizeLimit;
 use crate::memory_budget::Reservation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +60,13 @@ pub fn accepted(header: Option<&str>) -> Option<Encoding> {
 /// Inflates a body, refusing to produce more than `limit` bytes: a small
 /// compressed body must not become an unbounded allocation. The output is
 /// reserved in `reservation` as it grows.
-pub fn decompress(encoding: Encoding, body: &[u8], limit: usize, reservation: &mut Reservation) -> Result<Bytes> {
+pub fn decompress(
+    encoding: Encoding,
+    body: &[u8],
+    limit: usize,
+    kind: SizeLimit,
+    reservation: &mut Reservation,
+) -> Result<Bytes> {
     let mut reader: Box<dyn Read + '_> = match encoding {
         Encoding::Gzip => Box::new(GzDecoder::new(body)),
         Encoding::Deflate => Box::new(ZlibDecoder::new(body)),
@@ -68,9 +75,7 @@ pub fn decompress(encoding: Encoding, body: &[u8], limit: usize, reservation: &m
     let mut out: Vec<u8> = Vec::new();
     loop {
         if out.len() > limit {
-            return Err(Error::invalid(format!(
-                "decompressed request size exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
-            )));
+            return Err(kind.refusal(true, limit));
         }
         let start = out.len();
         // Reserve what the vector may grow to before it grows.
@@ -120,11 +125,11 @@ mod tests {
             let packed = compress(encoding, &data);
             assert!(packed.len() < 200);
             let mut reservation = Reservation::default();
-            assert_eq!(decompress(encoding, &packed, 10_000, &mut reservation).unwrap(), data);
-            let e = decompress(encoding, &packed, 9_999, &mut reservation).unwrap_err();
+            assert_eq!(decompress(encoding, &packed, 10_000, SizeLimit::Input, &mut reservation).unwrap(), data);
+            let e = decompress(encoding, &packed, 9_999, SizeLimit::Input, &mut reservation).unwrap_err();
             assert!(e.message().contains("exceeds the maximum allowed input size"), "{e}");
         }
-        assert!(decompress(Encoding::Gzip, b"not gzip", 100, &mut Reservation::default()).is_err());
+        assert!(decompress(Encoding::Gzip, b"not gzip", 100, SizeLimit::Input, &mut Reservation::default()).is_err());
     }
 
     #[test]
@@ -133,12 +138,12 @@ mod tests {
         let packed = compress(Encoding::Gzip, &data);
         let budget = crate::memory_budget::MemoryBudget::new(256 << 10);
         let mut reservation = budget.reservation();
-        let e = decompress(Encoding::Gzip, &packed, 1 << 20, &mut reservation).unwrap_err();
+        let e = decompress(Encoding::Gzip, &packed, 1 << 20, SizeLimit::Input, &mut reservation).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::ResourceExhausted);
         drop(reservation);
         let budget = crate::memory_budget::MemoryBudget::new(4 << 20);
         let mut reservation = budget.reservation();
-        let out = decompress(Encoding::Gzip, &packed, 1 << 20, &mut reservation).unwrap();
+        let out = decompress(Encoding::Gzip, &packed, 1 << 20, SizeLimit::Input, &mut reservation).unwrap();
         assert_eq!(out.len(), 1 << 20);
         assert!(reservation.bytes() >= out.len(), "{} reserved", reservation.bytes());
     }

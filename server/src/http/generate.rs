@@ -133,7 +133,7 @@ async fn receive(s: &AppState, p: &RawPathParams, headers: &HeaderMap, body: Bod
     let config = s.server.model_config(model, version_text)?;
     let mut reservation = s.options.budget.reservation();
     let received = body::receive(body, headers, s.options.body, &mut reservation).await?;
-    let body = received.inflate(s.options.body.max_size, &mut reservation)?;
+    let body = received.inflate(s.options.body, &mut reservation)?;
     let mut request = decode(&config, &body, reservation)?;
     request.model_name = model.to_string();
     request.model_version = version;

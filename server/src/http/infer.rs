@@ -78,9 +78,9 @@ where
         .and_then(|v| v.to_str().ok()?.trim().parse::<usize>().ok())
         .unwrap_or(received.bytes.len());
     let large = received.encoding.is_some() || json_length >= OFFLOAD_BYTES;
-    let max_size = s.options.body.max_size;
+    let limits = s.options.body;
     let decode = move |model: &str| {
-        let body = received.inflate(max_size, &mut reservation)?;
+        let body = received.inflate(limits, &mut reservation)?;
         let header_length = header_length(announced_header.as_ref(), body.len())?;
         infer_codec::decode(model, version, body, header_length, reservation)
     };

@@ -4,28 +4,32 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use http::{HeaderMap, StatusCode};
+use bytes::Bytes;
 use serde_json::Value;
 
+use super::control_json::{self, Kind, MAX_CONTROL_BODY, Members};
 use super::{AppState, HandlerResult, body};
 use crate::error::Error;
 
-/// A small control-API body (index, load, unload) as JSON; empty is `{}`.
-pub(super) async fn control_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, Error> {
+/// A control-API body (index, load, unload, settings, shared-memory
+/// registration), read within [`MAX_CONTROL_BODY`] and the memory budget;
+/// parse it with [`Members::of_body`].
+pub(super) async fn control_body(s: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, Error> {
     let mut reservation = s.options.budget.reservation();
-    let body = body::read(body, headers, s.options.body, &mut reservation).await?;
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Object(Default::default()));
-    }
-    serde_json::from_slice(&body).map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))
+    let limits = body::BodyLimits {
+        max_size: s.options.body.max_size.min(MAX_CONTROL_BODY),
+        kind: body::SizeLimit::Control,
+        ..s.options.body
+    };
+    body::read(body, headers, limits, &mut reservation).await
 }
 
 pub(super) async fn repository_index(State(s): State<AppState>, headers: HeaderMap, body: Body) -> HandlerResult {
-    let ready_only = match control_body(&s, &headers, body).await?.get("ready") {
+    let body = control_body(&s, &headers, body).await?;
+    let ready_only = match Members::of_body(&body)?.get("ready") {
         None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            return Err(Error::invalid("Invalid value for 'ready': expected a boolean").into());
-        }
+        Some(value) => control_json::as_bool(value)
+            .ok_or_else(|| Error::invalid("Invalid value for 'ready': expected a boolean"))?,
     };
     let rows: Vec<Value> = s
         .server
@@ -51,19 +55,10 @@ pub(super) async fn repository_index(State(s): State<AppState>, headers: HeaderM
 }
 
 /// The `parameters` object of a load or unload body, if any.
-async fn body_parameters(
-    s: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<serde_json::Map<String, Value>, Error> {
-    match control_body(s, headers, body)
-        .await?
-        .get_mut("parameters")
-        .map(Value::take)
-    {
-        None => Ok(Default::default()),
-        Some(Value::Object(map)) => Ok(map),
-        Some(_) => Err(Error::invalid("'parameters' must be a JSON object")),
+fn body_parameters(body: &[u8]) -> Result<Members<'_>, Error> {
+    match Members::of_body(body)?.get("parameters") {
+        None => Ok(Members::default()),
+        Some(parameters) => Members::of_value("parameters", parameters),
     }
 }
 
@@ -73,22 +68,23 @@ pub(super) async fn load(
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
+    let body = control_body(&s, &headers, body).await?;
     let mut config = None;
-    for (key, value) in body_parameters(&s, &headers, body).await? {
-        match (key.as_str(), value) {
-            ("config", Value::String(text)) => {
+    for (key, value) in body_parameters(&body)?.0 {
+        match key.as_ref() {
+            "config" => {
+                let text = control_json::as_string(value)
+                    .ok_or_else(|| Error::invalid("load parameter 'config' must be a JSON string"))?;
                 config = Some(s.server.config_override(&model, &text)?);
             }
-            ("config", _) => {
-                return Err(Error::invalid("load parameter 'config' must be a JSON string").into());
-            }
-            (k, _) if k.starts_with("file:") => {
+            k if k.starts_with("file:") => {
                 return Err(
                     Error::unsupported("model file overrides ('file:' load parameters) are not supported").into(),
                 );
             }
-            (k, v) => {
-                return Err(Error::invalid(format!("Unrecognized load parameter '{k}' with value {v}")).into());
+            k => {
+                let shown = control_json::shown(value);
+                return Err(Error::invalid(format!("Unrecognized load parameter '{k}' with value {shown}")).into());
             }
         }
     }
@@ -102,9 +98,11 @@ pub(super) async fn unload(
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
-    for (key, value) in body_parameters(&s, &headers, body).await? {
-        if key != "unload_dependents" || !value.is_boolean() {
-            return Err(Error::invalid(format!("Unrecognized unload parameter '{key}' with value {value}")).into());
+    let body = control_body(&s, &headers, body).await?;
+    for (key, value) in body_parameters(&body)?.0 {
+        if key != "unload_dependents" || control_json::kind(value) != Kind::Bool {
+            let shown = control_json::shown(value);
+            return Err(Error::invalid(format!("Unrecognized unload parameter '{key}' with value {shown}")).into());
         }
     }
     s.server.unload_model(&model).await?;

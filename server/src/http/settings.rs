@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderMap;
 use serde_json::{Value, json};
 
+use super::control_json::{self, Kind, Members};
 use super::repository::control_body;
 use super::{AppState, HandlerResult};
 use crate::error::Error;
@@ -33,26 +34,38 @@ pub(super) async fn log_settings(State(s): State<AppState>) -> Response {
 }
 
 pub(super) async fn update_log_settings(State(s): State<AppState>, headers: HeaderMap, body: Body) -> HandlerResult {
-    let Value::Object(changes) = control_body(&s, &headers, body).await? else {
-        return Err(Error::invalid("the log settings must be a JSON object").into());
-    };
-    let mut parsed = Vec::with_capacity(changes.len());
-    for (key, value) in changes {
-        let value = match value {
-            Value::Bool(b) => Parameter::Bool(b),
-            Value::String(text) => Parameter::String(text),
-            Value::Number(n) => match n.as_i64() {
-                Some(i) => Parameter::Int(i),
-                None => return Err(Error::invalid(format!("log setting '{key}' must be an integer, got {n}")).into()),
+    let body = control_body(&s, &headers, body).await?;
+    let changes = settings_object(&body, "the log settings must be a JSON object")?;
+    let mut parsed = Vec::with_capacity(changes.0.len());
+    for (key, value) in changes.0 {
+        let shown = control_json::shown(value);
+        let value = match control_json::kind(value) {
+            Kind::Bool => control_json::as_bool(value).map(Parameter::Bool),
+            Kind::String => control_json::as_string(value).map(Parameter::String),
+            Kind::Number => match control_json::as_i64(value) {
+                Some(i) => Some(Parameter::Int(i)),
+                None => {
+                    return Err(Error::invalid(format!("log setting '{key}' must be an integer, got {shown}")).into());
+                }
             },
-            other => {
-                return Err(Error::invalid(format!("log setting '{key}' has an unsupported value {other}")).into());
-            }
+            _ => None,
         };
-        parsed.push((key, value));
+        let Some(value) = value else {
+            return Err(Error::invalid(format!("log setting '{key}' has an unsupported value {shown}")).into());
+        };
+        parsed.push((key.into_owned(), value));
     }
     let settings = s.server.update_log_settings(&parsed)?;
     Ok(axum::Json(log_settings_json(&settings)).into_response())
+}
+
+/// A settings body's changes: a JSON object, or `refusal`.
+fn settings_object<'a>(body: &'a [u8], refusal: &str) -> Result<Members<'a>, Error> {
+    let trimmed = body.trim_ascii_start();
+    if !trimmed.is_empty() && trimmed[0] != b'{' {
+        return Err(Error::invalid(refusal));
+    }
+    Members::of_body(body)
 }
 
 /// Trace settings in Triton's JSON shape: every value a string (a list for the level).
@@ -79,33 +92,34 @@ pub(super) async fn update_trace_settings(
     body: Body,
 ) -> HandlerResult {
     let model = p.get("model").map(String::as_str);
-    let Value::Object(changes) = control_body(&s, &headers, body).await? else {
-        return Err(Error::invalid("the trace settings must be a JSON object").into());
-    };
-    let mut parsed = Vec::with_capacity(changes.len());
-    for (key, value) in changes {
-        let change = match value {
-            Value::Null => TraceChange::Clear,
-            Value::String(text) => TraceChange::Set(vec![text]),
-            Value::Array(items) => TraceChange::Set(
-                items
-                    .into_iter()
-                    .map(|item| match item {
-                        Value::String(text) => Ok(text),
-                        other => Err(Error::invalid(format!(
-                            "trace setting '{key}' must hold strings, got {other}"
-                        ))),
-                    })
-                    .collect::<Result<_, _>>()?,
-            ),
-            other => {
-                return Err(Error::invalid(format!(
-                    "trace setting '{key}' must be a string, a list of strings or null, got {other}"
-                ))
-                .into());
-            }
+    let body = control_body(&s, &headers, body).await?;
+    let changes = settings_object(&body, "the trace settings must be a JSON object")?;
+    let mut parsed = Vec::with_capacity(changes.0.len());
+    for (key, value) in changes.0 {
+        let change = match control_json::kind(value) {
+            Kind::Null => Some(TraceChange::Clear),
+            Kind::String => control_json::as_string(value).map(|text| TraceChange::Set(vec![text])),
+            Kind::Array => match control_json::as_strings(value) {
+                Some(items) => Some(TraceChange::Set(items)),
+                None => {
+                    return Err(Error::invalid(format!(
+                        "trace setting '{key}' must hold at most {} strings, got {}",
+                        control_json::MAX_LIST,
+                        control_json::shown(value)
+                    ))
+                    .into());
+                }
+            },
+            _ => None,
         };
-        parsed.push((key, change));
+        let Some(change) = change else {
+            return Err(Error::invalid(format!(
+                "trace setting '{key}' must be a string, a list of strings or null, got {}",
+                control_json::shown(value)
+            ))
+            .into());
+        };
+        parsed.push((key.into_owned(), change));
     }
     let settings = s.server.update_trace_settings(model, &parsed)?;
     Ok(axum::Json(trace_settings_json(&settings)).into_response())

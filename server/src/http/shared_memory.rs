@@ -10,6 +10,7 @@ use axum::response::IntoResponse;
 use http::{HeaderMap, StatusCode};
 use serde_json::{Value, json};
 
+use super::control_json::{self, Members};
 use super::repository::control_body;
 use super::{AppState, HandlerResult};
 use crate::error::Error;
@@ -34,15 +35,16 @@ pub(super) async fn register(
 ) -> HandlerResult {
     let region = p.get("region").map_or("", String::as_str);
     let body = control_body(&s, &headers, body).await?;
+    let body = Members::of_body(&body)?;
     let key = body
         .get("key")
-        .and_then(Value::as_str)
+        .and_then(control_json::as_string)
         .ok_or_else(|| Error::invalid("shared memory register: 'key' must be a string"))?;
     let size = |field: &str, required: bool| -> Result<usize, Error> {
         match body.get(field) {
             None if !required => Ok(0),
             value => value
-                .and_then(Value::as_u64)
+                .and_then(control_json::as_u64)
                 .and_then(|v| usize::try_from(v).ok())
                 .ok_or_else(|| {
                     Error::invalid(format!(
@@ -53,7 +55,7 @@ pub(super) async fn register(
     };
     s.server
         .shared_memory()
-        .register(region, key, size("offset", false)?, size("byte_size", true)?)?;
+        .register(region, &key, size("offset", false)?, size("byte_size", true)?)?;
     Ok(StatusCode::OK.into_response())
 }
 
@@ -87,15 +89,17 @@ pub(super) async fn cuda_register(
     use base64::Engine;
     let region = p.get("region").map_or("", String::as_str);
     let body = control_body(&s, &headers, body).await?;
+    let body = Members::of_body(&body)?;
     let handle = body
         .get("raw_handle")
-        .ok_or_else(|| Error::invalid("Shared memory register request has no 'raw_handle' field"))?
+        .ok_or_else(|| Error::invalid("Shared memory register request has no 'raw_handle' field"))?;
+    let handle = Members::of_value("raw_handle", handle)?
         .get("b64")
-        .and_then(Value::as_str)
+        .and_then(control_json::as_string)
         .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
         .ok_or_else(|| Error::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"))?;
     let number = |field: &str| -> Result<u64, Error> {
-        body.get(field).and_then(Value::as_u64).ok_or_else(|| {
+        body.get(field).and_then(control_json::as_u64).ok_or_else(|| {
             Error::invalid(format!(
                 "shared memory register: '{field}' must be a non-negative integer"
             ))

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use nereid_proto::inference::ModelInferRequest;
 use nereid_server::datatype::DataType;
 use nereid_server::error::{Error, ErrorKind};
+use nereid_server::http::body::SizeLimit;
 use nereid_server::http::{compression, infer_codec, json_tensor};
 use nereid_server::memory_budget::{MemoryBudget, Reservation};
 use nereid_server::model::normalize::normalize;
@@ -234,7 +235,7 @@ pub fn decompress(data: &[u8]) {
     } else {
         compression::Encoding::Deflate
     };
-    if let Err(e) = compression::decompress(encoding, body, INFLATE_LIMIT, &mut Reservation::default()) {
+    if let Err(e) = compression::decompress(encoding, body, INFLATE_LIMIT, SizeLimit::Input, &mut Reservation::default()) {
         client_error(&e, "decompress");
     }
 }

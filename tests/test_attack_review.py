@@ -1,0 +1,93 @@
+"""The second attack review (issue 39), one test per finding: each request
+here aborted the server, starved other clients or broke a documented bound
+before its fix.
+
+Every load is bounded in count and time and talks to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import InferenceServerException
+
+import helpers
+from helpers import EXAMPLES_MODELS, HOST, NereidServer
+
+MiB = 1 << 20
+EXIT = ["--exit-timeout-secs", "10"]
+
+
+def _status(pid: int, field: str) -> int:
+    """A /proc/<pid>/status memory field, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+def _reset_peak(pid: int) -> int:
+    """Resets the process's peak RSS (VmHWM) to its current RSS and returns it."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return _status(pid, "VmHWM")
+
+
+def _peak_growth(pid: int, before: int) -> int:
+    return _status(pid, "VmHWM") - before
+
+
+# --------------------------------------------------------------------------
+# 2. Control endpoints read their JSON without a JSON tree
+# --------------------------------------------------------------------------
+
+CONTROL_PATHS = [
+    "/v2/repository/index",
+    "/v2/systemsharedmemory/region/r/register",
+    "/v2/cudasharedmemory/region/r/register",
+    "/v2/logging",
+    "/v2/trace/setting",
+]
+
+
+@pytest.mark.parametrize("path", CONTROL_PATHS)
+def test_a_control_body_of_zeros_is_refused_without_growing_the_server(server, path):
+    # 1 MiB of `[0,0,...]` became a 37 MiB JSON tree before.
+    body = b"[" + b"0," * (MiB // 2 - 1) + b"0]"
+    before = _reset_peak(server.pid)
+    resp = helpers.http_post(server, path, data=body)
+    helpers.assert_http_error(resp, 400)
+    grown = _peak_growth(server.pid, before)
+    assert grown <= 4 * MiB, f"peak RSS grew by {grown / MiB:.1f} MiB for a 1 MiB control body"
+
+
+def test_a_control_body_over_its_limit_is_refused_as_it_streams_in(server):
+    chunk = b"0," * (MiB // 2)
+
+    def body():
+        yield b"["
+        for _ in range(16):
+            yield chunk
+        yield b"0]"
+
+    before = _reset_peak(server.pid)
+    resp = helpers.http_post(server, "/v2/repository/index", data=body())
+    helpers.assert_http_error(resp, 400, contains=["control request"])
+    assert _peak_growth(server.pid, before) <= 4 * MiB
+    assert helpers.repository_index(server)  # still answering
+
+
+def test_a_control_object_of_many_members_is_refused(server):
+    members = ",".join(f'"k{i}":0' for i in range(65))
+    resp = helpers.http_post(server, "/v2/logging", data="{" + members + "}")
+    helpers.assert_http_error(resp, 400, contains=["more than 64 members"])
