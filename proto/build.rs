@@ -35,12 +35,18 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // Tensor payloads as `bytes::Bytes`, so the server can hand slices of the
     // received message to the core without copying them.
+    // Every message knows its protobuf name (`prost::Name`), so the codec
+    // can look its schema up and bound its decoded size before decoding it
+    // (src/codec.rs).
+    let mut config = tonic_prost_build::Config::new();
+    config.enable_type_names();
     tonic_prost_build::configure()
+        .codec_path("crate::codec::BoundedCodec")
         .bytes(".inference.ModelInferRequest.raw_input_contents")
         .bytes(".inference.ModelInferResponse.raw_output_contents")
         .build_server(true)
         .build_client(true)
-        .compile_fds(fds)?;
+        .compile_fds_with_config(fds, config)?;
 
     Ok(())
 }

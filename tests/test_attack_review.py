@@ -91,3 +91,53 @@ def test_a_control_object_of_many_members_is_refused(server):
     members = ",".join(f'"k{i}":0' for i in range(65))
     resp = helpers.http_post(server, "/v2/logging", data="{" + members + "}")
     helpers.assert_http_error(resp, 400, contains=["more than 64 members"])
+
+
+# --------------------------------------------------------------------------
+# 1. gRPC messages are admitted by their decoded size, not their wire size
+# --------------------------------------------------------------------------
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+def _empty_inputs_message(wire_bytes: int) -> bytes:
+    """A ModelInferRequest for `identity` of empty `inputs` entries (field 5,
+    two bytes each on the wire, a whole struct each once decoded)."""
+    name = b"\x0a\x08identity"
+    return name + b"\x2a\x00" * ((wire_bytes - len(name)) // 2)
+
+
+def _raw_call(server: NereidServer, method: str, message: bytes, stream=False):
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", 64 * MiB)]
+    with grpc.insecure_channel(server.grpc_url, options=options) as channel:
+        if stream:
+            call = channel.stream_stream(method, request_serializer=None, response_deserializer=None)
+            return list(call(iter([message]), timeout=60))
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        return call(message, timeout=60)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_a_message_of_empty_inputs_is_refused_by_its_decoded_size(server, stream):
+    # 8 MiB of empty inputs grew the server by 1.26 GiB; 48 MiB aborted it.
+    message = _empty_inputs_message(8 * MiB)
+    before = _reset_peak(server.pid)
+    with pytest.raises(grpc.RpcError) as refused:
+        replies = _raw_call(server, STREAM if stream else INFER, message, stream=stream)
+        # A stream answers its errors in-stream unless asked otherwise.
+        if stream and replies and service_pb2.ModelStreamInferResponse.FromString(replies[0]).error_message:
+            raise AssertionError(service_pb2.ModelStreamInferResponse.FromString(replies[0]).error_message)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+    assert "decoded" in refused.value.details() or "--max-in-flight-bytes" in refused.value.details()
+    grown = _peak_growth(server.pid, before)
+    assert grown <= 64 * MiB, f"peak RSS grew by {grown / MiB:.0f} MiB for an 8 MiB message"
+    helpers.assert_simple_works(server)
+
+
+def test_more_inputs_than_a_json_request_may_have_are_refused_over_grpc(server):
+    message = _empty_inputs_message(2 * 4097 + 10)
+    with pytest.raises(grpc.RpcError) as refused:
+        _raw_call(server, INFER, message)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "inputs of a request: 4097 is more than the limit of 4096" in refused.value.details()

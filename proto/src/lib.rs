@@ -13,6 +13,7 @@
 //! | [`keda`], [`keda::external_scaler_server`], [`keda::external_scaler_client`] | `externalscaler` (KEDA's External Scaler) | `keda/externalscaler.proto` |
 //! | [`FILE_DESCRIPTOR_SET`], [`descriptor_pool`] | all of the above, for `prost-reflect` | |
 //! | [`frame`] | gRPC's length-prefixed message framing, for the paths that go around tonic | |
+//! | [`codec`], [`footprint`] | the services' codec: a message's decoded size, read from its wire bytes, admitted before it is decoded | |
 //!
 //! The `inference` package matches Triton Inference Server's gRPC protocol
 //! and model configuration on the wire (names, field numbers and types), so
@@ -23,7 +24,9 @@ use std::sync::LazyLock;
 
 use prost_reflect::DescriptorPool;
 
+pub mod codec;
 pub mod datatype;
+pub mod footprint;
 pub mod frame;
 
 /// Triton / KServe v2 inference protocol and Triton's model configuration

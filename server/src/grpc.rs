@@ -94,7 +94,7 @@ pub async fn serve(
         .layer(DeadlineLayer)
         // Refused calls cost nothing further: checked before the body is read.
         .layer(RestrictLayer::new(options.restricted))
-        .layer(BudgetLayer::new(options.budget, options.body_timeout))
+        .layer(BudgetLayer::new(options.budget, options.body_timeout, options.max_message_size))
         // Innermost: ModelInfer answered here, every other call routed by tonic.
         .layer(ModelInferLayer::new(Arc::clone(&server), options.max_message_size))
         .service(routes)
@@ -199,6 +199,7 @@ impl GrpcInferenceService for InferenceService {
         let context = stream::StreamContext {
             server: Arc::clone(&self.server),
             account: request.extensions().get::<budget::BodyAccount>().cloned(),
+            allowance: request.extensions().get::<budget::CallDecodeAllowance>().cloned(),
             trace_parent: trace_parent(request.metadata()),
             errors_close: request
                 .metadata()

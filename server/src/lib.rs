@@ -70,6 +70,7 @@ pub mod model_repository_manager;
 pub mod parameter;
 pub mod repository;
 pub mod request;
+pub mod request_limits;
 pub mod response;
 pub mod restricted_api;
 pub mod scheduler;

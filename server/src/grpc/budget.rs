@@ -8,6 +8,13 @@
 //! into the decoded request, so they stay reserved until the request is done
 //! (for a stream, each message takes what arrived before it).
 //!
+//! A message's decoded size is counted too, before it is decoded: every
+//! call runs within a [`DecodeAllowance`] (nereid-proto's codec asks it
+//! before tonic decodes a message, and the ModelInfer fast path before it
+//! does) that reserves the decoded size in the same account and refuses a
+//! message that would decode to more than [`DECODED_PER_WIRE_LIMIT`] times
+//! the message limit, whatever the budget.
+//!
 //! Unary calls must also arrive whole within the body timeout; streams are
 //! long-lived by design and are not timed.
 
@@ -19,6 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use nereid_proto::codec::{DecodeAllowance, with_allowance};
 use parking_lot::Mutex;
 use tokio::time::Sleep;
 use tower::{Layer, Service};
@@ -36,6 +44,54 @@ impl BodyAccount {
     }
 }
 
+/// How many times `--grpc-max-message-size` one message may take once
+/// decoded. prost's vectors of varint scalars (`int_contents` of small
+/// values) take 8 times their wire bytes at most, so every honest message
+/// fits; 2-byte empty entries of a repeated message field do not.
+pub const DECODED_PER_WIRE_LIMIT: usize = 8;
+
+/// One call's decode allowance: decoded sizes go into its body account.
+struct CallAllowance {
+    account: BodyAccount,
+    max_decoded: usize,
+}
+
+impl DecodeAllowance for CallAllowance {
+    fn admit(&self, message: &str, wire: usize, decoded: usize) -> Result<(), tonic::Status> {
+        if decoded > self.max_decoded {
+            return Err(tonic::Status::resource_exhausted(format!(
+                "a {message} of {wire} bytes would take {decoded} bytes decoded, more than the {} bytes one message may take ({DECODED_PER_WIRE_LIMIT} x --grpc-max-message-size)",
+                self.max_decoded
+            )));
+        }
+        self.account
+            .0
+            .lock()
+            .grow(decoded)
+            .map_err(|exhausted| tonic::Status::resource_exhausted(exhausted.to_string()))
+    }
+}
+
+/// The allowance of the call that carried `extensions`, for work on its
+/// messages that runs outside the call's task (a stream's reader).
+#[derive(Clone)]
+pub struct CallDecodeAllowance(pub Arc<dyn DecodeAllowance>);
+
+impl std::fmt::Debug for CallDecodeAllowance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallDecodeAllowance")
+    }
+}
+
+/// Runs `future` under the decode allowance of the call whose extensions
+/// are given (as it is, outside this layer).
+pub async fn with_call_allowance<F: Future>(allowance: Option<CallDecodeAllowance>, future: F) -> F::Output {
+    match allowance {
+        Some(CallDecodeAllowance(allowance)) => with_allowance(allowance, future).await,
+        None => future.await,
+    }
+}
+
 /// The reservation a handler takes from its request, or none outside this layer.
 pub fn take_reservation(extensions: &http::Extensions) -> Reservation {
     extensions
@@ -48,11 +104,18 @@ pub fn take_reservation(extensions: &http::Extensions) -> Reservation {
 pub struct BudgetLayer {
     budget: Arc<MemoryBudget>,
     unary_timeout: Duration,
+    max_decoded: usize,
 }
 
 impl BudgetLayer {
-    pub fn new(budget: Arc<MemoryBudget>, unary_timeout: Duration) -> Self {
-        BudgetLayer { budget, unary_timeout }
+    /// `max_message_size`: `--grpc-max-message-size`, which bounds one
+    /// message's decoded size too (see [`DECODED_PER_WIRE_LIMIT`]).
+    pub fn new(budget: Arc<MemoryBudget>, unary_timeout: Duration, max_message_size: usize) -> Self {
+        BudgetLayer {
+            budget,
+            unary_timeout,
+            max_decoded: max_message_size.saturating_mul(DECODED_PER_WIRE_LIMIT),
+        }
     }
 }
 
@@ -81,10 +144,11 @@ fn is_stream(path: &str) -> bool {
 impl<S> Service<http::Request<tonic::body::Body>> for BudgetService<S>
 where
     S: Service<http::Request<tonic::body::Body>>,
+    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -93,14 +157,19 @@ where
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let account = BodyAccount(Arc::new(Mutex::new(self.layer.budget.reservation())));
         let deadline = (!is_stream(request.uri().path())).then_some(self.layer.unary_timeout);
+        let allowance: Arc<dyn DecodeAllowance> = Arc::new(CallAllowance {
+            account: account.clone(),
+            max_decoded: self.layer.max_decoded,
+        });
         let (mut parts, body) = request.into_parts();
         parts.extensions.insert(account.clone());
+        parts.extensions.insert(CallDecodeAllowance(Arc::clone(&allowance)));
         let body = tonic::body::Body::new(BudgetedBody {
             inner: body,
             account,
             deadline: deadline.map(|d| (Box::pin(tokio::time::sleep(d)), d)),
         });
-        self.inner.call(http::Request::from_parts(parts, body))
+        Box::pin(with_allowance(allowance, self.inner.call(http::Request::from_parts(parts, body))))
     }
 }
 

@@ -25,7 +25,26 @@ use crate::shared_memory::TensorRegion;
 use crate::statistics::StatDuration;
 use crate::tensor::{Tensor, push_bytes_element};
 
+/// The request-shape limits a JSON request is held to (its parser checks
+/// them as it reads; here the message is decoded already, within its
+/// admitted decoded size, so they bound what is converted and kept).
+fn check_limits(message: &ModelInferRequest) -> Result<()> {
+    use crate::request_limits::{MAX_DIMS, MAX_PARAMETERS, MAX_TENSORS, check};
+    check("inputs of a request", message.inputs.len(), MAX_TENSORS)?;
+    check("outputs of a request", message.outputs.len(), MAX_TENSORS)?;
+    check("parameters of a request", message.parameters.len(), MAX_PARAMETERS)?;
+    for input in &message.inputs {
+        check(&format!("dimensions of input '{}'", input.name), input.shape.len(), MAX_DIMS)?;
+        check(&format!("parameters of input '{}'", input.name), input.parameters.len(), MAX_PARAMETERS)?;
+    }
+    for output in &message.outputs {
+        check(&format!("parameters of output '{}'", output.name), output.parameters.len(), MAX_PARAMETERS)?;
+    }
+    Ok(())
+}
+
 pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
+    check_limits(&message)?;
     let model = message.model_name;
     let mut raw = message.raw_input_contents.into_iter();
     let use_raw = raw.len() > 0;

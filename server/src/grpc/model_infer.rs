@@ -114,7 +114,10 @@ async fn answer(
 ) -> Result<http::Response<Body>, Status> {
     let (parts, body) = request.into_parts();
     let (message, trailers) = read_message(body, max_message_size).await?;
-    // As tonic's ProstDecoder: a message that does not parse is INTERNAL.
+    // As every other call's: its decoded size admitted first (this runs in
+    // the budget layer's allowance), then a message that does not parse is
+    // INTERNAL, as with tonic's prost decoder.
+    nereid_proto::codec::admit::<ModelInferRequest>(&message)?;
     let message = ModelInferRequest::decode(message).map_err(|e| Status::internal(e.to_string()))?;
     let mut headers = parts.headers;
     if let Some(trailers) = trailers {

@@ -21,7 +21,7 @@ use nereid_proto::inference::{InferParameter, ModelInferRequest, ModelInferRespo
 use tokio::sync::{Semaphore, mpsc};
 use tonic::{Status, Streaming};
 
-use super::budget::BodyAccount;
+use super::budget::{BodyAccount, CallDecodeAllowance, with_call_allowance};
 use super::convert;
 use super::status::to_status;
 use crate::error::{Error, Result};
@@ -52,6 +52,8 @@ pub struct StreamContext {
     pub server: Arc<InferenceServer>,
     /// The connection's request-byte account (each message takes its share).
     pub account: Option<BodyAccount>,
+    /// What admits each message's decoded size into that account.
+    pub allowance: Option<CallDecodeAllowance>,
     /// The stream metadata's trace context, every message's parent.
     pub trace_parent: Vec<(String, String)>,
     /// `triton_grpc_error: true`: errors close the stream with a status.
@@ -63,7 +65,9 @@ pub type Outbox = mpsc::Receiver<Result<ModelStreamInferResponse, Status>>;
 /// Starts serving `incoming`; the responses come on the returned channel.
 pub fn serve(context: StreamContext, incoming: Streaming<ModelInferRequest>) -> Outbox {
     let (tx, rx) = mpsc::channel(OUTBOX);
-    tokio::spawn(read(context, incoming, tx));
+    // Messages are decoded where `incoming` is polled: in the reader.
+    let allowance = context.allowance.clone();
+    tokio::spawn(with_call_allowance(allowance, read(context, incoming, tx)));
     rx
 }
 
@@ -85,8 +89,12 @@ async fn read(context: StreamContext, mut incoming: Streaming<ModelInferRequest>
             Ok(Some(message)) => message,
             // The client finished sending; running requests still answer.
             Ok(None) => return,
+            // A message that cannot be read (one over a limit, one that does
+            // not parse) ends the stream with its status: what follows it
+            // cannot be trusted to be framed.
             Err(status) => {
                 tracing::debug!(%status, "a ModelStreamInfer stream ended with an error");
+                let _ = replies.tx.send(Err(status)).await;
                 return;
             }
         };

@@ -12,8 +12,7 @@
 //! - shapes have at most [`MAX_DIMS`] dimensions, and a request at most
 //!   [`MAX_TENSORS`] inputs and outputs.
 //!
-//! The limits are far above what any model uses (ONNX Runtime models rarely
-//! exceed rank 8; KServe requests carry a handful of parameters).
+//! The limits ([`crate::request_limits`]) are gRPC's too.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -26,12 +25,7 @@ use serde_json::value::RawValue;
 use crate::parameter::{Parameter, Parameters};
 use crate::shared_memory;
 
-/// The most dimensions a tensor shape may have.
-pub const MAX_DIMS: usize = 64;
-/// The most keys one `parameters` object may have.
-pub const MAX_PARAMETERS: usize = 64;
-/// The most inputs, or outputs, one request may name.
-pub const MAX_TENSORS: usize = 4096;
+pub use crate::request_limits::{MAX_DIMS, MAX_PARAMETERS, MAX_TENSORS};
 
 // Names and datatypes are borrowed from the body: only a name the request
 // keeps (an input's, an output's) becomes a `String`, once.
