@@ -141,3 +141,47 @@ def test_more_inputs_than_a_json_request_may_have_are_refused_over_grpc(server):
         _raw_call(server, INFER, message)
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "inputs of a request: 4097 is more than the limit of 4096" in refused.value.details()
+
+
+# --------------------------------------------------------------------------
+# 9. A config override can ask for neither endless instances nor any host
+# --------------------------------------------------------------------------
+
+
+def _load_with(server: NereidServer, config: dict) -> requests.Response:
+    return helpers.http_post(
+        server, "/v2/repository/models/simple/load", json={"parameters": {"config": json.dumps(config)}}
+    )
+
+
+@pytest.mark.parametrize("count", [2147483647, 3000])
+def test_an_instance_count_over_the_limit_does_not_load(explicit_server, count):
+    config = helpers.simple_config_json()
+    config["instance_group"] = [{"kind": "KIND_CPU", "count": count}]
+    threads_before = _status_count(explicit_server.pid, "Threads")
+    resp = _load_with(explicit_server, config)
+    helpers.assert_http_error(resp, 400, contains=["a model may have at most 256"])
+    assert _status_count(explicit_server.pid, "Threads") <= threads_before + 8
+    assert explicit_server.proc.poll() is None
+
+
+def test_an_intra_op_thread_count_over_the_limit_does_not_load(explicit_server):
+    config = helpers.simple_config_json()
+    config["parameters"] = {"intra_op_thread_count": {"string_value": "100000"}}
+    resp = _load_with(explicit_server, config)
+    helpers.assert_http_error(resp, 400, contains=["at most 256 threads"])
+
+
+def test_a_config_override_cannot_point_a_remote_model_anywhere(explicit_server):
+    config = helpers.simple_config_json()
+    config["backend"] = "remote"
+    config["parameters"] = {"endpoint": {"string_value": "127.0.0.1:22"}}
+    resp = _load_with(explicit_server, config)
+    helpers.assert_http_error(resp, 400, contains=["'endpoint'", "only in the model repository"])
+
+
+def _status_count(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")

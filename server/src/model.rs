@@ -372,10 +372,31 @@ impl Drop for Outcome<'_> {
     }
 }
 
+/// The most instances one model may have (the sum over its groups, a
+/// group's count once per GPU it names): each is a thread and a backend
+/// session. Triton sets none; 256 is far above any machine's cores.
+pub const MAX_INSTANCES: usize = 256;
+
+/// The most threads one instance's backend may be asked to run
+/// (`intra_op_thread_count`).
+pub const MAX_INTRA_OP_THREADS: usize = 256;
+
 /// One placement per instance from `instance_group`. Without GPU discovery
 /// yet, KIND_AUTO and KIND_MODEL run on the CPU and a KIND_GPU group with no
 /// `gpus` list uses device 0.
 fn placements(config: &ModelConfig) -> Result<Vec<Placement>> {
+    // Counted before anything is made: each instance is a thread and a
+    // session, and a count of 2147483647 asked for a 16 GiB vector.
+    let mut total = 0usize;
+    for group in &config.instance_group {
+        let per_device = usize::try_from(group.count.max(1)).unwrap_or(usize::MAX);
+        total = total.saturating_add(per_device.saturating_mul(group.gpus.len().max(1)));
+    }
+    if total > MAX_INSTANCES {
+        return Err(Error::invalid(format!(
+            "instance_group asks for {total} instances; a model may have at most {MAX_INSTANCES}"
+        )));
+    }
     let mut devices = Vec::new();
     for group in &config.instance_group {
         let count = group.count.max(1) as usize;
@@ -407,6 +428,11 @@ fn placements(config: &ModelConfig) -> Result<Vec<Placement>> {
         // 0 means "pick": share the cores between the instances.
         None => 0,
     };
+    if threads > MAX_INTRA_OP_THREADS {
+        return Err(Error::invalid(format!(
+            "parameter 'intra_op_thread_count' is {threads}; an instance may have at most {MAX_INTRA_OP_THREADS} threads"
+        )));
+    }
     let threads = if threads > 0 {
         threads
     } else {

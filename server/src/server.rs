@@ -372,12 +372,21 @@ impl InferenceServer {
     /// A load's JSON config override (the repository API's `config`
     /// parameter), refused in Triton's words when it does not parse.
     pub fn config_override(&self, name: &str, json: &str) -> Result<ModelConfig> {
-        crate::model_config::json::from_json(json).map_err(|e| {
+        let config = crate::model_config::json::from_json(json).map_err(|e| {
             Error::invalid(format!(
                 "failed to load '{name}', Invalid config override: {}",
                 e.message()
             ))
-        })
+        })?;
+        // Where a remote model connects is the repository's to say: from a
+        // client, an endpoint would point the server at any host and port,
+        // and its errors would tell open ports from closed ones.
+        if config.parameters.contains_key("endpoint") {
+            return Err(Error::invalid(format!(
+                "failed to load '{name}', Invalid config override: the parameter 'endpoint' (a remote model's address) can be set only in the model repository"
+            )));
+        }
+        Ok(config)
     }
 
     pub async fn load_model(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
