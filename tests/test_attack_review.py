@@ -185,3 +185,62 @@ def _status_count(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+# --------------------------------------------------------------------------
+# 4. Sequence ids are bounded, and so is the wait for a sequence slot
+# --------------------------------------------------------------------------
+
+
+def _accumulate(client, sequence_id, start=False, end=False, client_timeout=None) -> int:
+    inp = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+    inp.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+    result = client.infer(
+        "accumulate_int32",
+        [inp],
+        sequence_id=sequence_id,
+        sequence_start=start,
+        sequence_end=end,
+        client_timeout=client_timeout,
+    )
+    return int(result.as_numpy("OUTPUT")[0][0])
+
+
+def test_a_long_string_sequence_id_is_refused_and_not_remembered(server):
+    # 22 sequences with 8 MiB ids left +353 MiB resident, after release.
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        before = _status(server.pid, "VmRSS")
+        for n in range(4):
+            with pytest.raises(InferenceServerException) as refused:
+                _accumulate(client, f"{n}" + "x" * MiB, start=True, end=True)
+            assert "a string id may have at most 256" in refused.value.message()
+        assert _status(server.pid, "VmRSS") - before <= 16 * MiB
+        assert _accumulate(client, "x" * 256, start=True, end=True) == 1
+    finally:
+        client.close()
+
+
+def test_starts_beyond_the_sequence_backlog_are_refused_at_once(tmp_path_factory):
+    # accumulate_int32 has one instance of 8 slots whose sequences stay live
+    # for 5 s: 8 run, at most 64 wait, the rest are refused at once (10,001
+    # used to queue until served, 32 in 20 s).
+    srv = helpers.launch(tmp_path_factory, "backlog", [EXAMPLES_MODELS], EXIT)
+    try:
+        def start(n):
+            client = grpcclient.InferenceServerClient(srv.grpc_url)
+            try:
+                _accumulate(client, 50_000 + n, start=True, client_timeout=3)
+                return "OK"
+            except InferenceServerException as e:
+                return e.message() or str(e.status())
+            finally:
+                client.close()
+
+        with ThreadPoolExecutor(max_workers=96) as pool:
+            outcomes = list(pool.map(start, range(96)))
+        refused = [o for o in outcomes if "max_sequence_backlog" in o]
+        assert outcomes.count("OK") >= 8, outcomes[:10]
+        assert len(refused) >= 96 - 8 - 64, outcomes
+    finally:
+        srv.stop_and_check()

@@ -25,8 +25,15 @@ use crate::model_config::sequence::Strategy;
 use crate::tensor::Tensor;
 
 /// How many released ids are remembered, to tell a client that its
-/// sequence went idle rather than that it never started.
+/// sequence went idle rather than that it never started (at most
+/// `MAX_ID_BYTES` each).
 const REMEMBERED: usize = 4096;
+
+/// Sequences that may wait for a place when the model's configuration sets
+/// no `max_sequence_backlog`: the model's own places, and at least this
+/// many. A START beyond it is refused at once (UNAVAILABLE) rather than
+/// queued behind thousands it would wait for.
+pub const DEFAULT_MIN_BACKLOG: usize = 64;
 
 /// What the book needs of a queued request.
 pub trait Item {
@@ -110,7 +117,7 @@ pub struct Book<T> {
     strategy: Strategy,
     slots: usize,
     idle: Duration,
-    max_backlog: Option<usize>,
+    max_backlog: usize,
     sequences: HashMap<CorrelationId, Sequence<T>>,
     lanes: Vec<Lane>,
     backlog: VecDeque<CorrelationId>,
@@ -137,7 +144,9 @@ impl<T: Item> Book<T> {
             strategy,
             slots,
             idle,
-            max_backlog,
+            // Triton sets no limit; one client's 10,001 STARTs made the
+            // next client wait behind all of them.
+            max_backlog: max_backlog.unwrap_or((slots * lanes).max(DEFAULT_MIN_BACKLOG)),
             sequences: HashMap::new(),
             lanes: (0..lanes.max(1))
                 .map(|_| Lane {
@@ -198,11 +207,11 @@ impl<T: Item> Book<T> {
             return Err((queued.item, error));
         }
         let place = self.find_place(&id);
-        if place.is_none() && self.max_backlog.is_some_and(|max| self.backlog.len() >= max) {
+        if place.is_none() && self.backlog.len() >= self.max_backlog {
             return Err((
                 queued.item,
                 Error::unavailable(format!(
-                    "model '{}' has no free sequence slot and {} sequences waiting for one",
+                    "model '{}' has no free sequence slot and {} sequences waiting for one (max_sequence_backlog)",
                     self.model,
                     self.backlog.len()
                 )),
@@ -760,5 +769,20 @@ mod tests {
         gone.set(false);
         b.poll(t);
         assert_eq!(b.live(), 0);
+    }
+
+    #[test]
+    fn without_a_configured_backlog_a_start_beyond_the_default_is_refused_at_once() {
+        let t = Instant::now();
+        let mut b = book(direct(), 2, 1);
+        // Two placed, DEFAULT_MIN_BACKLOG waiting.
+        for id in 1..=(2 + DEFAULT_MIN_BACKLOG as u64) {
+            assert!(b.accept(flags(id, true, false), req(0), t).is_ok(), "sequence {id}");
+        }
+        let (_, error) = b
+            .accept(flags(1000, true, false), req(0), t)
+            .expect_err("beyond the backlog");
+        assert_eq!(error.kind(), crate::error::ErrorKind::Unavailable);
+        assert!(error.message().contains("max_sequence_backlog"), "{error}");
     }
 }

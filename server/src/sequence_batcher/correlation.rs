@@ -54,6 +54,11 @@ pub struct Flags {
     pub end: bool,
 }
 
+/// The longest string sequence id: a UUID is 36 bytes. Live and recently
+/// released ids are kept (4096 of the latter), so their length is memory
+/// the server holds after the request is gone.
+pub const MAX_ID_BYTES: usize = 256;
+
 impl Flags {
     /// Reads the sequence parameters of a request to `model`, whose CORRID
     /// control (if any) takes `corrid` elements.
@@ -73,6 +78,12 @@ impl Flags {
                 ))
             })?),
             Some(Parameter::Uint(n)) => CorrelationId::Number(*n),
+            Some(Parameter::String(s)) if s.len() > MAX_ID_BYTES => {
+                return Err(Error::invalid(format!(
+                    "sequence_id of a request to model '{model}' is {} bytes; a string id may have at most {MAX_ID_BYTES}",
+                    s.len()
+                )));
+            }
             Some(Parameter::String(s)) => CorrelationId::Text(s.clone()),
             Some(other) => {
                 return Err(Error::invalid(format!(
@@ -178,6 +189,11 @@ mod tests {
                 params(&[("sequence_id", Parameter::Int(-3))]),
                 None,
                 "must not be negative",
+            ),
+            (
+                params(&[("sequence_id", Parameter::String("x".repeat(MAX_ID_BYTES + 1)))]),
+                None,
+                "a string id may have at most 256",
             ),
             (
                 params(&[("sequence_id", Parameter::Bool(true))]),
