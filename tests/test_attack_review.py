@@ -8,6 +8,7 @@ Every load is bounded in count and time and talks to 127.0.0.1 only.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import time
@@ -244,3 +245,91 @@ def test_starts_beyond_the_sequence_backlog_are_refused_at_once(tmp_path_factory
         assert len(refused) >= 96 - 8 - 64, outcomes
     finally:
         srv.stop_and_check()
+
+
+# --------------------------------------------------------------------------
+# 6 and 14. System shared memory: no SIGBUS, no map exhaustion, no oracle
+# --------------------------------------------------------------------------
+
+
+def _shm_object(key: str, size: int) -> int:
+    fd = os.open(f"/dev/shm/{key.lstrip('/')}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.ftruncate(fd, size)
+    return fd
+
+
+def _register(server: NereidServer, name: str, key: str, byte_size: int) -> requests.Response:
+    return helpers.http_post(
+        server,
+        f"/v2/systemsharedmemory/region/{name}/register",
+        json={"key": key, "offset": 0, "byte_size": byte_size},
+    )
+
+
+def test_a_region_whose_object_shrank_is_refused_not_a_sigbus(server):
+    key = f"/nereid_shrink_{os.getpid()}"
+    fd = _shm_object(key, MiB)
+    try:
+        assert _register(server, "shrinks", key, MiB).status_code == 200
+        os.ftruncate(fd, 16)
+        body = {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1, 16],
+                    "datatype": "FP32",
+                    "parameters": {"shared_memory_region": "shrinks", "shared_memory_byte_size": 64,
+                                   "shared_memory_offset": 4096},
+                }
+            ]
+        }
+        resp = helpers.post_infer(server, "identity", body)
+        helpers.assert_http_error(resp, 400, contains=["'shrinks'", "truncated"])
+        assert server.proc.poll() is None, "the server died"
+        helpers.assert_simple_works(server)
+    finally:
+        helpers.http_post(server, "/v2/systemsharedmemory/region/shrinks/unregister")
+        os.close(fd)
+        os.unlink(f"/dev/shm/{key.lstrip('/')}")
+
+
+def test_registrations_beyond_the_limit_are_refused_and_inference_goes_on(server):
+    # 65,375 registrations of one object used every mapping the kernel
+    # allows; the next 1 MiB infer aborted the server.
+    key = f"/nereid_many_{os.getpid()}"
+    fd = _shm_object(key, 4096)
+    session = requests.Session()
+    try:
+        codes = []
+        for n in range(1100):
+            resp = session.post(
+                f"{server.base_url}/v2/systemsharedmemory/region/many{n}/register",
+                json={"key": key, "byte_size": 4096},
+                timeout=helpers.TIMEOUT,
+            )
+            codes.append(resp.status_code)
+            if resp.status_code != 200:
+                assert "maximum of 1024 shared memory regions" in helpers.error_message(resp)
+                break
+        assert codes.count(200) == 1024, codes[-3:]
+        data = np.zeros((1, MiB // 4), dtype=np.float32)
+        tensor = {"name": "INPUT0", "shape": list(data.shape), "datatype": "FP32", "data": data.ravel().tolist()}
+        assert helpers.post_infer(server, "identity", {"inputs": [tensor]}).status_code == 200
+    finally:
+        session.post(f"{server.base_url}/v2/systemsharedmemory/unregister", timeout=helpers.TIMEOUT)
+        session.close()
+        os.close(fd)
+        os.unlink(f"/dev/shm/{key.lstrip('/')}")
+
+
+def test_a_register_refusal_does_not_tell_what_exists_in_dev_shm(server):
+    key = f"/nereid_exists_{os.getpid()}"
+    fd = _shm_object(key, 4096)
+    try:
+        missing = helpers.error_message(_register(server, "probe", "/nereid_no_such_object", 8192))
+        too_small = helpers.error_message(_register(server, "probe", key, 8192))
+        assert missing.replace("/nereid_no_such_object", "K") == too_small.replace(key, "K")
+        assert "4096" not in too_small
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm/{key.lstrip('/')}")

@@ -13,11 +13,11 @@
 //! name at once; a request that already read its inputs is not affected,
 //! and one whose output region went away meanwhile fails with that reason.
 //!
-//! - [`mapping`]: the mapped object, the module with the `unsafe` calls.
+//! - [`object`]: the shared memory object, read and written at offsets.
 //! - [`cuda`]: CUDA shared memory, on a server without a GPU.
 
 pub mod cuda;
-mod mapping;
+mod object;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::RwLock;
 
-use self::mapping::Mapping;
+use self::object::SharedObject;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parameter::{Parameter, Parameters};
 
@@ -100,8 +100,8 @@ impl TensorRegion {
 
 struct Region {
     status: RegionStatus,
-    /// `[0, offset + byte_size)` of the object; shared with reads in flight.
-    mapping: Arc<Mapping>,
+    /// The object, open; shared with reads in flight.
+    object: Arc<SharedObject>,
 }
 
 /// The registered system shared memory regions.
@@ -131,13 +131,19 @@ impl SharedMemory {
         let end = offset
             .checked_add(byte_size)
             .ok_or_else(|| Error::invalid("offset + byte_size is too large"))?;
-        let mapping = Arc::new(Mapping::open(key, end)?);
+        if self.regions.read().len() >= MAX_REGIONS {
+            return Err(too_many());
+        }
+        let object = Arc::new(SharedObject::open(key, end)?);
         let mut regions = self.regions.write();
         if regions.contains_key(name) {
             return Err(Error::new(
                 ErrorKind::AlreadyExists,
                 format!("shared memory region '{name}' already in manager"),
             ));
+        }
+        if regions.len() >= MAX_REGIONS {
+            return Err(too_many());
         }
         regions.insert(
             name.to_string(),
@@ -148,7 +154,7 @@ impl SharedMemory {
                     offset,
                     byte_size,
                 },
-                mapping,
+                object,
             },
         );
         tracing::debug!(region = %name, %key, offset, byte_size, "shared memory region registered");
@@ -181,10 +187,10 @@ impl SharedMemory {
 
     /// A copy of a tensor's bytes from its region.
     pub fn read(&self, place: &TensorRegion) -> Result<Bytes> {
-        let (mapping, at) = self.locate(place, place.byte_size)?;
-        let data = mapping
+        let (object, at) = self.locate(place, place.byte_size)?;
+        let data = object
             .read(at, place.byte_size)
-            .ok_or_else(|| out_of_bounds(place, place.byte_size))?;
+            .ok_or_else(|| shrank(place))?;
         Ok(Bytes::from(data))
     }
 
@@ -198,25 +204,45 @@ impl SharedMemory {
                 place.region
             )));
         }
-        let (mapping, at) = self.locate(place, data.len())?;
-        if mapping.write(at, data) {
+        let (object, at) = self.locate(place, data.len())?;
+        if object.write(at, data) {
             Ok(())
         } else {
-            Err(out_of_bounds(place, data.len()))
+            Err(shrank(place))
         }
     }
 
-    /// The region's mapping and where `place` starts in it, once `place`'s
+    /// The region's object and where `place` starts in it, once `place`'s
     /// range (of `count` bytes) is checked to lie inside the region.
-    fn locate(&self, place: &TensorRegion, count: usize) -> Result<(Arc<Mapping>, usize)> {
+    fn locate(&self, place: &TensorRegion, count: usize) -> Result<(Arc<SharedObject>, usize)> {
         let regions = self.regions.read();
         let region = regions.get(&place.region).ok_or_else(|| unknown(&place.region))?;
         let end = place.offset.checked_add(count);
         if end.is_none_or(|end| end > region.status.byte_size) {
             return Err(out_of_bounds(place, count));
         }
-        Ok((Arc::clone(&region.mapping), region.status.offset + place.offset))
+        Ok((Arc::clone(&region.object), region.status.offset + place.offset))
     }
+}
+
+/// The most regions registered at once: each holds an open descriptor.
+/// Triton's clients register one or two per tensor they place.
+pub const MAX_REGIONS: usize = 1024;
+
+fn too_many() -> Error {
+    Error::new(
+        ErrorKind::ResourceExhausted,
+        format!("the server holds its maximum of {MAX_REGIONS} shared memory regions; unregister one first"),
+    )
+}
+
+/// The range was inside the region, but the object no longer has it: its
+/// owner made it smaller after registering it.
+fn shrank(place: &TensorRegion) -> Error {
+    Error::invalid(format!(
+        "shared memory region '{}' is smaller than when it was registered: its object was truncated",
+        place.region
+    ))
 }
 
 fn unknown(name: &str) -> Error {
@@ -232,7 +258,7 @@ fn out_of_bounds(place: &TensorRegion, count: usize) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::mapping::testing::Object;
+    use super::object::testing::Object;
     use super::*;
 
     fn place(region: &str, offset: usize, byte_size: usize) -> TensorRegion {
@@ -279,7 +305,7 @@ mod tests {
         let key = format!("/nereid-shm-small-{}", std::process::id());
         let _object = Object::create(&key, 16);
         let e = SharedMemory::default().register("r", &key, 8, 16).unwrap_err();
-        assert!(e.message().contains("fewer than the 24 registered"), "{e}");
+        assert!(e.message().contains("no object of at least 24 bytes"), "{e}");
     }
 
     #[test]
