@@ -333,3 +333,115 @@ def test_a_register_refusal_does_not_tell_what_exists_in_dev_shm(server):
     finally:
         os.close(fd)
         os.unlink(f"/dev/shm/{key.lstrip('/')}")
+
+
+# --------------------------------------------------------------------------
+# 5. HTTP/2 connections that do nothing are closed, on every port
+# --------------------------------------------------------------------------
+
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # + empty SETTINGS
+
+
+@pytest.fixture(scope="module")
+def idle_server(tmp_path_factory):
+    srv = helpers.launch(
+        tmp_path_factory,
+        "idle",
+        [EXAMPLES_MODELS],
+        ["--handshake-timeout-secs", "1", "--http2-idle-timeout-secs", "2", *EXIT],
+    )
+    yield srv
+    srv.stop_and_check()
+
+
+def _closes_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the server closes the connection within `seconds` (whatever
+    it sends first, a GOAWAY included, is read and dropped)."""
+    deadline = time.monotonic() + seconds
+    sock.settimeout(0.2)
+    while time.monotonic() < deadline:
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except socket.timeout:
+            continue
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("port", ["http_port", "grpc_port", "metrics_port"])
+def test_a_connection_that_only_sends_the_preface_is_closed(idle_server, port):
+    # 4,096 such connections made every request on the HTTP port fail for
+    # 50 s or more; 256 on the metrics port made /metrics unreachable.
+    socks = [socket.create_connection((HOST, getattr(idle_server, port)), timeout=5) for _ in range(32)]
+    try:
+        for sock in socks:
+            sock.sendall(H2_PREFACE)
+        assert all(_closes_within(sock, 10) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+    assert requests.get(idle_server.metrics_url, timeout=helpers.TIMEOUT).status_code == 200
+
+
+def test_an_idle_grpc_connection_is_drained_and_a_streaming_one_is_not(idle_server):
+    with grpc.insecure_channel(idle_server.grpc_url) as channel:
+        ready = channel.unary_unary(
+            "/inference.GRPCInferenceService/ServerReady",
+            request_serializer=service_pb2.ServerReadyRequest.SerializeToString,
+            response_deserializer=service_pb2.ServerReadyResponse.FromString,
+        )
+        assert ready(service_pb2.ServerReadyRequest(), timeout=5).ready
+        # A stream held open for three idle timeouts keeps its connection.
+        stream = channel.stream_stream(
+            STREAM,
+            request_serializer=service_pb2.ModelInferRequest.SerializeToString,
+            response_deserializer=service_pb2.ModelStreamInferResponse.FromString,
+        )
+        states = []
+        channel.subscribe(states.append)
+        import queue
+
+        outbox: queue.Queue = queue.Queue()
+        replies = stream(iter(outbox.get, None), timeout=30)
+        time.sleep(6)
+        request = service_pb2.ModelInferRequest(model_name="simple_string")
+        outbox.put(request)
+        outbox.put(None)
+        answers = list(replies)
+        assert len(answers) == 1, answers
+        # Then, idle, the channel's connection is drained: it goes IDLE.
+        time.sleep(6)
+        assert states[-1] in (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.CONNECTING), states
+        # And the next call reconnects as if nothing happened.
+        assert ready(service_pb2.ServerReadyRequest(), timeout=5).ready
+
+
+# --------------------------------------------------------------------------
+# 13. The repository-API key can stay out of the process's arguments
+# --------------------------------------------------------------------------
+
+
+def test_a_restriction_key_from_the_environment_is_not_in_the_arguments(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("logs", numbered=True)
+    srv = NereidServer(
+        [EXAMPLES_MODELS],
+        [
+            "--model-control-mode", "explicit", "--load-model", "simple",
+            "--http-restricted-api-from-env", "model-repository:admin-key=NEREID_TEST_KEY",
+            "--grpc-restricted-protocol-from-env", "model-repository:admin-key=NEREID_TEST_KEY",
+            *EXIT,
+        ],
+        log_path=log_dir / "env-key.log",
+        env={"NEREID_TEST_KEY": "hunter2-from-env"},
+    ).start()
+    try:
+        assert b"hunter2" not in Path(f"/proc/{srv.pid}/cmdline").read_bytes()
+        refused = helpers.http_post(srv, "/v2/repository/index")
+        helpers.assert_http_error(refused, 403, contains=["admin-key"])
+        allowed = helpers.http_post(srv, "/v2/repository/index", headers={"admin-key": "hunter2-from-env"})
+        assert allowed.status_code == 200, allowed.text
+    finally:
+        srv.stop_and_check()
+    assert "hunter2" not in (log_dir / "env-key.log").read_text()

@@ -12,7 +12,7 @@ use clap::Parser;
 use nereid_server::backend::settings::BackendConfig;
 use nereid_server::logging::{LogFormat, LogSettings};
 use nereid_server::model_repository_manager::ControlMode;
-use nereid_server::restricted_api::RestrictionFlag;
+use nereid_server::restricted_api::{EnvRestrictionFlag, RestrictionFlag};
 use nereid_server::transport::tls::ReloadingTls;
 use nereid_server::transport::{ConnectionLimits, ServeOptions, TlsSettings};
 
@@ -104,9 +104,16 @@ pub struct Args {
     #[arg(long, env = "NEREID_MAX_IN_FLIGHT_BYTES", default_value_t = 1 << 30)]
     pub max_in_flight_bytes: usize,
 
-    /// Seconds a new connection has for its TLS handshake and first bytes.
+    /// Seconds a new connection has for its TLS handshake and first bytes
+    /// (and, over HTTP/2, to start its first request).
     #[arg(long, default_value_t = 10)]
     pub handshake_timeout_secs: u64,
+
+    /// Seconds after which an HTTP/2 connection (any port) with no request
+    /// answering and none started is drained with a GOAWAY; it is closed
+    /// between one and two of these after its last request.
+    #[arg(long, default_value_t = 120)]
+    pub http2_idle_timeout_secs: u64,
 
     /// The ONNX Runtime shared library (libonnxruntime.so.1.3x).
     #[arg(long, env = "ORT_DYLIB_PATH")]
@@ -140,6 +147,11 @@ pub struct HttpArgs {
     /// logging); may repeat, one group per flag.
     #[arg(long = "http-restricted-api")]
     pub http_restricted_api: Vec<RestrictionFlag>,
+    /// `<api>,...:<key>=<ENV_VAR>`: as --http-restricted-api, the value
+    /// read from the environment variable ENV_VAR at start (kept out of the
+    /// process's arguments); may repeat.
+    #[arg(long = "http-restricted-api-from-env")]
+    pub http_restricted_api_from_env: Vec<EnvRestrictionFlag>,
     #[command(flatten)]
     pub tls: HttpTlsArgs,
 }
@@ -190,6 +202,10 @@ pub struct GrpcArgs {
     /// metadata <key> with <value> (groups as for --http-restricted-api).
     #[arg(long = "grpc-restricted-protocol")]
     pub grpc_restricted_protocol: Vec<RestrictionFlag>,
+    /// As --grpc-restricted-protocol, the value read from an environment
+    /// variable (as --http-restricted-api-from-env).
+    #[arg(long = "grpc-restricted-protocol-from-env")]
+    pub grpc_restricted_protocol_from_env: Vec<EnvRestrictionFlag>,
     #[command(flatten)]
     pub tls: GrpcTlsArgs,
 }
@@ -254,6 +270,20 @@ fn parse_log_format(value: &str) -> Result<LogFormat, String> {
     LogFormat::parse(value).ok_or_else(|| format!("expected default, ISO8601 or json, got '{value}'"))
 }
 
+impl GrpcArgs {
+    /// The protocol limits of the gRPC port (HTTP/2 only).
+    pub fn serve_options(&self, args: &Args) -> ServeOptions {
+        ServeOptions {
+            http1_header_timeout: None,
+            max_concurrent_streams: self.grpc_max_concurrent_streams,
+            keepalive: Duration::from_millis(self.grpc_keepalive_time),
+            keepalive_timeout: Duration::from_millis(self.grpc_keepalive_timeout),
+            http2_idle_timeout: Duration::from_secs(args.http2_idle_timeout_secs),
+            first_request_timeout: Duration::from_secs(args.handshake_timeout_secs),
+        }
+    }
+}
+
 impl HttpArgs {
     pub fn connection_limits(&self, handshake_timeout: Duration) -> ConnectionLimits {
         ConnectionLimits {
@@ -262,13 +292,12 @@ impl HttpArgs {
         }
     }
 
-    /// The protocol limits of an HTTP port; `grpc` gives the HTTP/2 ones.
-    pub fn serve_options(&self, grpc: &GrpcArgs) -> ServeOptions {
+    /// The protocol limits of an HTTP port; `grpc` gives the HTTP/2 ones,
+    /// `args` the timeouts every port shares.
+    pub fn serve_options(&self, grpc: &GrpcArgs, args: &Args) -> ServeOptions {
         ServeOptions {
             http1_header_timeout: Some(Duration::from_secs(self.http_header_read_timeout_secs)),
-            max_concurrent_streams: grpc.grpc_max_concurrent_streams,
-            keepalive: Duration::from_millis(grpc.grpc_keepalive_time),
-            keepalive_timeout: Duration::from_millis(grpc.grpc_keepalive_timeout),
+            ..grpc.serve_options(args)
         }
     }
 

@@ -51,12 +51,8 @@ use crate::transport::{self, Acceptor, ServeOptions};
 pub struct GrpcOptions {
     /// Largest message accepted or sent, in bytes.
     pub max_message_size: usize,
-    /// Streams one connection may have open at once.
-    pub max_concurrent_streams: u32,
-    /// A PING after this much silence (`--grpc-keepalive-time`).
-    pub keepalive_time: Duration,
-    /// No answer to the PING within this closes (`--grpc-keepalive-timeout`).
-    pub keepalive_timeout: Duration,
+    /// The port's HTTP/2 limits: streams per connection, keep-alive, idle.
+    pub serve: ServeOptions,
     /// A unary request message must arrive whole within this.
     pub body_timeout: Duration,
     /// The server-wide cap on request bytes held at once.
@@ -102,13 +98,7 @@ pub async fn serve(
     // gRPC is HTTP/2 only: a connection that did not open with its preface
     // is closed. (The acceptor set TCP_NODELAY: Nagle's algorithm would hold
     // small responses back by up to 40 ms.)
-    let serve_options = ServeOptions {
-        http1_header_timeout: None,
-        max_concurrent_streams: options.max_concurrent_streams,
-        keepalive: options.keepalive_time,
-        keepalive_timeout: options.keepalive_timeout,
-    };
-    transport::serve(acceptor, TowerToHyperService::new(stack), serve_options, shutdown).await
+    transport::serve(acceptor, TowerToHyperService::new(stack), options.serve, shutdown).await
 }
 
 type GrpcResult<T> = Result<Response<T>, Status>;

@@ -16,6 +16,7 @@
 
 pub mod body;
 pub mod compression;
+mod control_json;
 pub mod error;
 mod generate;
 mod infer;

@@ -31,7 +31,7 @@ use nereid_server::metrics::{Metrics, MetricsConfig, endpoint};
 use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::ModelRepositoryManager;
 use nereid_server::repository::{Repository, Root, cache_dir};
-use nereid_server::restricted_api::RestrictedApis;
+use nereid_server::restricted_api::{EnvRestrictionFlag, RestrictedApis, RestrictionFlag};
 use nereid_server::server::InferenceServer;
 use nereid_server::trace::{TraceConfig, Traces};
 use nereid_server::transport::tls::ReloadingTls;
@@ -92,12 +92,18 @@ struct Protection {
 
 impl Protection {
     fn from_args(args: &Args) -> Result<Self> {
-        let restricted = |flags| RestrictedApis::new(flags).map(Arc::new).map_err(anyhow::Error::msg);
+        let restricted = |plain: &[RestrictionFlag], from_env: &[EnvRestrictionFlag]| {
+            let flags: Vec<RestrictionFlag> = plain.iter().cloned().chain(from_env.iter().map(|f| f.0.clone())).collect();
+            RestrictedApis::new(&flags).map(Arc::new).map_err(anyhow::Error::msg)
+        };
         Ok(Protection {
             http_tls: args.http.tls()?,
             grpc_tls: args.grpc.tls()?,
-            http_restricted: restricted(&args.http.http_restricted_api)?,
-            grpc_restricted: restricted(&args.grpc.grpc_restricted_protocol)?,
+            http_restricted: restricted(&args.http.http_restricted_api, &args.http.http_restricted_api_from_env)?,
+            grpc_restricted: restricted(
+                &args.grpc.grpc_restricted_protocol,
+                &args.grpc.grpc_restricted_protocol_from_env,
+            )?,
         })
     }
 }
@@ -271,9 +277,7 @@ fn serve(
         Arc::clone(server),
         GrpcOptions {
             max_message_size: args.grpc.grpc_max_message_size,
-            max_concurrent_streams: args.grpc.grpc_max_concurrent_streams,
-            keepalive_time: Duration::from_millis(args.grpc.grpc_keepalive_time),
-            keepalive_timeout: Duration::from_millis(args.grpc.grpc_keepalive_timeout),
+            serve: args.grpc.serve_options(args),
             body_timeout: Duration::from_secs(args.grpc.grpc_body_timeout_secs),
             budget: Arc::clone(&budget),
             restricted: protection.grpc_restricted,
@@ -299,7 +303,7 @@ fn serve(
         tokio::spawn(transport::serve(
             Acceptor::new("metrics", listener, limits, None),
             TowerToHyperService::new(endpoint::router(Arc::clone(metrics))),
-            args.http.serve_options(&args.grpc),
+            args.http.serve_options(&args.grpc, args),
             shutdown.clone().cancelled_owned(),
         ));
         tracing::info!("Started Metrics Service at {local}");
@@ -329,7 +333,7 @@ fn serve(
     let http_task = tokio::spawn(transport::serve(
         http_acceptor,
         service,
-        args.http.serve_options(&args.grpc),
+        args.http.serve_options(&args.grpc, args),
         shutdown.clone().cancelled_owned(),
     ));
     server.set_ready(true);

@@ -122,6 +122,46 @@ impl FromStr for RestrictionFlag {
     }
 }
 
+/// `<group>,...:<key>=<ENV_VAR>`: a [`RestrictionFlag`] whose value is read
+/// from the environment variable `ENV_VAR` once, at start, so the secret is
+/// in no process's arguments (where `ps` and /proc show it to every user of
+/// the machine). The operator's pods pass the repository-API key so, from a
+/// Secret.
+#[derive(Clone)]
+pub struct EnvRestrictionFlag(pub RestrictionFlag);
+
+impl std::fmt::Debug for EnvRestrictionFlag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvRestrictionFlag")
+            .field("groups", &self.0.groups)
+            .field("key", &self.0.restriction.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FromStr for EnvRestrictionFlag {
+    type Err = String;
+
+    fn from_str(flag: &str) -> Result<Self, String> {
+        Self::read(flag, |name| std::env::var(name).ok())
+    }
+}
+
+impl EnvRestrictionFlag {
+    fn read(flag: &str, env: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let (head, variable) = flag
+            .rsplit_once('=')
+            .ok_or_else(|| format!("expected <group>,...:<key>=<ENV_VAR>, got '{flag}'"))?;
+        let value = env(variable.trim())
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| format!("the environment variable '{}' is unset or empty", variable.trim()))?;
+        format!("{head}={value}")
+            .parse()
+            .map(EnvRestrictionFlag)
+            // The parse's errors name groups and keys, never the value.
+    }
+}
+
 /// Which groups are restricted, and how.
 #[derive(Debug, Clone, Default)]
 pub struct RestrictedApis {
@@ -202,6 +242,18 @@ mod tests {
         ] {
             assert!(bad.parse::<RestrictionFlag>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_value_may_come_from_the_environment() {
+        let env = |name: &str| (name == "KEY").then(|| "s3cret".to_string());
+        let flag = EnvRestrictionFlag::read("model-repository:admin-key=KEY", env).unwrap();
+        assert_eq!(flag.0.groups, vec![ApiGroup::ModelRepository]);
+        assert_eq!(flag.0.restriction.value, "s3cret");
+        assert!(!format!("{flag:?}").contains("s3cret"));
+        let e = EnvRestrictionFlag::read("model-repository:admin-key=NOPE", env).unwrap_err();
+        assert_eq!(e, "the environment variable 'NOPE' is unset or empty");
+        assert!(EnvRestrictionFlag::read("model-repository", env).is_err());
     }
 
     #[test]

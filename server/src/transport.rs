@@ -20,9 +20,11 @@
 //! preface     the first bytes, read under the deadline and replayed
 //! tls         rustls server config from PEM files, reloaded on change
 //! serve       hyper on each connection (HTTP/2 corked), graceful shutdown
+//! idle        HTTP/2 connections idle too long drained; the shutdown drain
 //! ```
 
 pub mod accept;
+pub mod idle;
 pub mod preface;
 pub mod serve;
 pub mod tls;

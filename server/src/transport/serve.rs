@@ -13,6 +13,7 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -20,9 +21,10 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use tokio_util::sync::CancellationToken;
 
 use super::Acceptor;
+use super::idle::{Activity, Supervised, Tracked};
 
 /// HTTP/1.1 read buffer per connection (hyper's default is ~400 KiB). Body
 /// bytes are copied out of it at once, so a bigger buffer only saves a few
@@ -44,6 +46,12 @@ pub struct ServeOptions {
     pub keepalive: Duration,
     /// ...and no answer within this closes the connection.
     pub keepalive_timeout: Duration,
+    /// For HTTP/2: a connection with no request answering and none started
+    /// for this long is drained (`--http2-idle-timeout-secs`)...
+    pub http2_idle_timeout: Duration,
+    /// ...and its first request must start within this (the handshake
+    /// deadline, `--handshake-timeout-secs`).
+    pub first_request_timeout: Duration,
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and lets the open
@@ -62,7 +70,10 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let graceful = GracefulShutdown::new();
+    // Each connection's task holds a clone of `open`: when the last one is
+    // gone, the drain below is over.
+    let draining = CancellationToken::new();
+    let (open, mut closed) = tokio::sync::mpsc::channel::<()>(1);
     // Boxed so that it can be dropped before the drain: that ends the
     // accept loop and closes the listener, so a client that connects now
     // is refused at once and may go elsewhere, instead of sending its
@@ -77,27 +88,39 @@ where
             },
             () = &mut shutdown => break,
         };
-        let service = service.clone();
+        let open = open.clone();
+        let drained = draining.clone().cancelled_owned();
         if connection.http2 {
+            let activity = Arc::new(Activity::default());
             let (io, cork) = nereid_cork::cork(connection);
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_concurrent_streams(options.max_concurrent_streams)
                 .keep_alive_interval(Some(options.keepalive))
                 .keep_alive_timeout(options.keepalive_timeout)
-                .serve_connection(TokioIo::new(io), service);
-            let conn = graceful.watch(conn);
-            tokio::spawn(async move { cork.drive(&mut pin!(conn)).await });
+                .serve_connection(TokioIo::new(io), Tracked::new(service.clone(), Arc::clone(&activity)));
+            let idle = Some((activity, options.http2_idle_timeout));
+            let conn = Supervised::new(conn, drained, idle, options.first_request_timeout);
+            tokio::spawn(async move {
+                let _ = cork.drive(&mut pin!(conn)).await;
+                drop(open);
+            });
         } else if let Some(header_timeout) = options.http1_header_timeout {
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .max_buf_size(READ_BUFFER)
                 .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(connection), service);
-            tokio::spawn(graceful.watch(conn));
+                .serve_connection(TokioIo::new(connection), service.clone());
+            let conn = Supervised::new(conn, drained, None, options.first_request_timeout);
+            tokio::spawn(async move {
+                let _ = conn.await;
+                drop(open);
+            });
         }
     }
     drop(connections);
-    graceful.shutdown().await;
+    draining.cancel();
+    drop(open);
+    let _ = closed.recv().await;
     Ok(())
 }
