@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -445,3 +446,36 @@ def test_a_restriction_key_from_the_environment_is_not_in_the_arguments(tmp_path
     finally:
         srv.stop_and_check()
     assert "hunter2" not in (log_dir / "env-key.log").read_text()
+
+
+# --------------------------------------------------------------------------
+# 11. Log settings change only from the server's host; log lines are whole
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a network namespace of its own (root)")
+def test_a_client_on_another_host_cannot_change_the_log_settings():
+    # The server and both clients run in a network namespace made for this
+    # test: a veth pair gives it an address that is not loopback.
+    script = f"""
+set -e
+ip link set lo up
+ip link add nereid0 type veth peer name nereid1
+ip addr add 10.99.0.1/32 dev nereid0
+ip link set nereid1 up
+ip link set nereid0 up
+{helpers.server_binary()} --model-repository {EXAMPLES_MODELS} --model-control-mode explicit \\
+    --http-address 0.0.0.0 --http-port 18000 --grpc-port 0 --allow-metrics false --exit-timeout-secs 5 &
+pid=$!
+for i in $(seq 200); do curl -sf -o /dev/null http://127.0.0.1:18000/v2/health/live && break; sleep 0.1; done
+change() {{ curl -s -o /dev/null -w '%{{http_code}}' -X POST -d '{{"log_verbose_level": 1}}' "$@"; }}
+echo "remote=$(change --interface 10.99.0.1 http://10.99.0.1:18000/v2/logging)"
+echo "local=$(change http://127.0.0.1:18000/v2/logging)"
+echo "read=$(curl -s -o /dev/null -w '%{{http_code}}' --interface 10.99.0.1 http://10.99.0.1:18000/v2/logging)"
+kill $pid
+wait $pid || true
+"""
+    done = subprocess.run(["unshare", "--net", "bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+    assert seen == {"remote": "403", "local": "200", "read": "200"}, (seen, done.stderr[-2000:])

@@ -42,9 +42,10 @@ use crate::in_flight::{InFlight, InFlightLayer};
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::request;
-use crate::restricted_api::RestrictedApis;
+use crate::restricted_api::{ApiGroup, RestrictedApis};
+use crate::settings_access::SettingsUpdates;
 use crate::server::InferenceServer;
-use crate::transport::{self, Acceptor, ServeOptions};
+use crate::transport::{self, Acceptor, Peer, ServeOptions};
 
 /// Settings of the gRPC front end.
 #[derive(Debug, Clone)]
@@ -57,6 +58,8 @@ pub struct GrpcOptions {
     pub body_timeout: Duration,
     /// The server-wide cap on request bytes held at once.
     pub budget: Arc<MemoryBudget>,
+    /// Who may change the log and trace settings.
+    pub settings_updates: SettingsUpdates,
     /// `--grpc-restricted-protocol`.
     pub restricted: Arc<RestrictedApis>,
     /// The server's metrics (the front end's in-flight gauge).
@@ -65,6 +68,18 @@ pub struct GrpcOptions {
 
 pub struct InferenceService {
     server: Arc<InferenceServer>,
+    settings_updates: SettingsUpdates,
+    restricted: Arc<RestrictedApis>,
+}
+
+impl InferenceService {
+    /// Refuses a settings change from a client this server does not take it from.
+    fn check_update<T>(&self, what: &str, group: ApiGroup, request: &Request<T>) -> Result<(), Status> {
+        let restricted = self.restricted.restriction(group).is_some();
+        self.settings_updates
+            .check(what, restricted, request.extensions().get::<Peer>())
+            .map_err(to_status)
+    }
 }
 
 /// Serves until `shutdown` resolves, then lets in-flight calls finish.
@@ -77,6 +92,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let inference = GrpcInferenceServiceServer::new(InferenceService {
         server: Arc::clone(&server),
+        settings_updates: options.settings_updates,
+        restricted: Arc::clone(&options.restricted),
     })
     .max_decoding_message_size(options.max_message_size)
     .max_encoding_message_size(options.max_message_size);
@@ -384,10 +401,16 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn trace_setting(&self, request: Request<TraceSettingRequest>) -> GrpcResult<TraceSettingResponse> {
+        if !request.get_ref().settings.is_empty() {
+            self.check_update("trace settings", ApiGroup::Trace, &request)?;
+        }
         settings::trace(&self.server, request.into_inner()).map(Response::new)
     }
 
     async fn log_settings(&self, request: Request<LogSettingsRequest>) -> GrpcResult<LogSettingsResponse> {
+        if !request.get_ref().settings.is_empty() {
+            self.check_update("log settings", ApiGroup::Logging, &request)?;
+        }
         settings::log(&self.server, request.into_inner()).map(Response::new)
     }
 }

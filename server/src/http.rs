@@ -45,6 +45,7 @@ use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
 use crate::restricted_api::{ApiGroup, RestrictedApis};
+use crate::settings_access::SettingsUpdates;
 use crate::server::{InferenceServer, TensorMetadata, VersionStatistics};
 use crate::statistics::StatDuration;
 
@@ -59,6 +60,8 @@ pub struct HttpOptions {
     pub budget: Arc<MemoryBudget>,
     /// `--http-restricted-api`.
     pub restricted: Arc<RestrictedApis>,
+    /// Who may change the log and trace settings.
+    pub settings_updates: SettingsUpdates,
     /// The server's metrics (the front end's in-flight gauge).
     pub metrics: Arc<Metrics>,
 }

@@ -76,6 +76,7 @@ pub mod restricted_api;
 pub mod scheduler;
 pub mod sequence_batcher;
 pub mod server;
+pub mod settings_access;
 pub mod shared_memory;
 pub mod statistics;
 pub mod tensor;

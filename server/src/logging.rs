@@ -212,7 +212,7 @@ where
     let text_control = Arc::clone(control);
     let json_control = Arc::clone(control);
     let text = fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(|| OneLine)
         .with_ansi(ansi)
         .with_filter(filter_fn(move |meta| {
             !text_control.json() && text_control.enabled(*meta.level(), meta.target())
@@ -226,9 +226,58 @@ where
     text.and_then(json)
 }
 
+/// stderr for the text format, one line per event: a line break inside an
+/// event (a client's text in a field: a sequence id, a region name, an
+/// error quoting a request) is written as `\n` or `\r`, so no request can
+/// forge a log line. (The JSON format escapes them already.) The formatter
+/// writes each event whole in one call, its last byte the line's end.
+struct OneLine;
+
+impl std::io::Write for OneLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::stderr().lock().write_all(&one_line(buf))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// `event` with its inner line breaks escaped (its final one kept).
+fn one_line(event: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let (body, end): (&[u8], &[u8]) = match event.strip_suffix(b"\n") {
+        Some(body) => (body, b"\n"),
+        None => (event, b""),
+    };
+    if !body.iter().any(|b| matches!(b, b'\n' | b'\r')) {
+        return std::borrow::Cow::Borrowed(event);
+    }
+    let mut out = Vec::with_capacity(event.len() + 8);
+    for &byte in body {
+        match byte {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            _ => out.push(byte),
+        }
+    }
+    out.extend_from_slice(end);
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_event_is_one_line_whatever_its_fields_hold() {
+        assert_eq!(&*one_line(b"plain event\n"), b"plain event\n");
+        assert_eq!(
+            &*one_line(b"sequence='a\n2026-12-06 INFO forged'\r x\n"),
+            b"sequence='a\\n2026-12-06 INFO forged'\\r x\n"
+        );
+        assert_eq!(&*one_line(b"no end\nhere"), b"no end\\nhere");
+    }
 
     fn set(pairs: &[(&str, Parameter)]) -> Vec<(String, Parameter)> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()

@@ -31,6 +31,7 @@ use nereid_server::metrics::{Metrics, MetricsConfig, endpoint};
 use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::ModelRepositoryManager;
 use nereid_server::repository::{Repository, Root, cache_dir};
+use nereid_server::settings_access::SettingsUpdates;
 use nereid_server::restricted_api::{EnvRestrictionFlag, RestrictedApis, RestrictionFlag};
 use nereid_server::server::InferenceServer;
 use nereid_server::trace::{TraceConfig, Traces};
@@ -264,6 +265,9 @@ fn serve(
 ) -> Result<Serving> {
     let handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
     let budget = MemoryBudget::new(args.max_in_flight_bytes);
+    let settings_updates = SettingsUpdates {
+        from_anywhere: args.allow_remote_settings_updates,
+    };
 
     let grpc_local = listeners.grpc.local_addr()?;
     let grpc_acceptor = Acceptor::new(
@@ -281,6 +285,7 @@ fn serve(
             body_timeout: Duration::from_secs(args.grpc.grpc_body_timeout_secs),
             budget: Arc::clone(&budget),
             restricted: protection.grpc_restricted,
+            settings_updates,
             metrics: Arc::clone(metrics),
         },
         Arc::clone(in_flight),
@@ -319,6 +324,7 @@ fn serve(
             },
             budget,
             restricted: protection.http_restricted,
+            settings_updates,
             metrics: Arc::clone(metrics),
         },
         Arc::clone(in_flight),

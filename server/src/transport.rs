@@ -29,6 +29,6 @@ pub mod preface;
 pub mod serve;
 pub mod tls;
 
-pub use accept::{Acceptor, Connection, ConnectionLimits};
+pub use accept::{Acceptor, Connection, ConnectionLimits, Peer};
 pub use serve::{ServeOptions, serve};
 pub use tls::TlsSettings;

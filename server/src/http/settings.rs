@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::HeaderMap;
@@ -13,6 +14,8 @@ use super::control_json::{self, Kind, Members};
 use super::repository::control_body;
 use super::{AppState, HandlerResult};
 use crate::error::Error;
+use crate::restricted_api::ApiGroup;
+use crate::transport::Peer;
 use crate::logging::LogSettings;
 use crate::parameter::Parameter;
 use crate::trace::settings::{Change as TraceChange, Effective as TraceEffective};
@@ -33,7 +36,19 @@ pub(super) async fn log_settings(State(s): State<AppState>) -> Response {
     axum::Json(log_settings_json(&s.server.log_settings())).into_response()
 }
 
-pub(super) async fn update_log_settings(State(s): State<AppState>, headers: HeaderMap, body: Body) -> HandlerResult {
+/// Refuses a settings change from a client this server does not take it from.
+fn check_update(s: &AppState, what: &str, group: ApiGroup, peer: Option<&Peer>) -> Result<(), Error> {
+    let restricted = s.options.restricted.restriction(group).is_some();
+    s.options.settings_updates.check(what, restricted, peer)
+}
+
+pub(super) async fn update_log_settings(
+    State(s): State<AppState>,
+    peer: Option<Extension<Peer>>,
+    headers: HeaderMap,
+    body: Body,
+) -> HandlerResult {
+    check_update(&s, "log settings", ApiGroup::Logging, peer.as_deref())?;
     let body = control_body(&s, &headers, body).await?;
     let changes = settings_object(&body, "the log settings must be a JSON object")?;
     let mut parsed = Vec::with_capacity(changes.0.len());
@@ -88,9 +103,11 @@ pub(super) async fn trace_settings(State(s): State<AppState>, Path(p): Path<Hash
 pub(super) async fn update_trace_settings(
     State(s): State<AppState>,
     Path(p): Path<HashMap<String, String>>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
+    check_update(&s, "trace settings", ApiGroup::Trace, peer.as_deref())?;
     let model = p.get("model").map(String::as_str);
     let body = control_body(&s, &headers, body).await?;
     let changes = settings_object(&body, "the trace settings must be a JSON object")?;

@@ -22,7 +22,8 @@ impl fmt::Display for CorrelationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CorrelationId::Number(n) => write!(f, "{n}"),
-            CorrelationId::Text(s) => write!(f, "'{s}'"),
+            // Escaped: the id is the client's text, and it goes into logs.
+            CorrelationId::Text(s) => write!(f, "'{}'", s.escape_debug()),
         }
     }
 }

@@ -31,6 +31,18 @@ pub struct ConnectionLimits {
 /// A plain or TLS byte stream.
 type Transport = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
+/// The address a request's connection came from, in the request's
+/// extensions (for the few decisions that depend on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer(pub SocketAddr);
+
+impl Peer {
+    /// Whether the client is on the server's own host (loopback, IPv4 or 6).
+    pub fn is_local(&self) -> bool {
+        self.0.ip().to_canonical().is_loopback()
+    }
+}
+
 /// One accepted connection, ready for a protocol: its first bytes read (and
 /// replayed), its place under the connection cap held until it is dropped.
 #[derive(Debug)]

@@ -35,6 +35,8 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
+use super::Peer;
+
 /// What a connection's requests are doing.
 #[derive(Debug, Default)]
 pub struct Activity {
@@ -43,16 +45,18 @@ pub struct Activity {
 }
 
 /// A hyper service whose requests are counted in an [`Activity`] until
-/// their response body has been sent (or dropped).
+/// their response body has been sent (or dropped), and carry their
+/// connection's [`Peer`].
 #[derive(Debug, Clone)]
 pub struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    peer: Option<Peer>,
 }
 
 impl<S> Tracked<S> {
-    pub fn new(inner: S, activity: Arc<Activity>) -> Self {
-        Tracked { inner, activity }
+    pub fn new(inner: S, activity: Arc<Activity>, peer: Option<Peer>) -> Self {
+        Tracked { inner, activity, peer }
     }
 }
 
@@ -74,7 +78,10 @@ where
     type Error = S::Error;
     type Future = TrackedFuture<S::Future>;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        if let Some(peer) = self.peer {
+            request.extensions_mut().insert(peer);
+        }
         self.activity.started.fetch_add(1, Ordering::AcqRel);
         self.activity.answering.fetch_add(1, Ordering::AcqRel);
         TrackedFuture {

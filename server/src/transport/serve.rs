@@ -23,7 +23,7 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio_util::sync::CancellationToken;
 
-use super::Acceptor;
+use super::{Acceptor, Peer};
 use super::idle::{Activity, Supervised, Tracked};
 
 /// HTTP/1.1 read buffer per connection (hyper's default is ~400 KiB). Body
@@ -90,15 +90,16 @@ where
         };
         let open = open.clone();
         let drained = draining.clone().cancelled_owned();
+        let activity = Arc::new(Activity::default());
+        let service = Tracked::new(service.clone(), Arc::clone(&activity), connection.remote.map(Peer));
         if connection.http2 {
-            let activity = Arc::new(Activity::default());
             let (io, cork) = nereid_cork::cork(connection);
             let conn = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .max_concurrent_streams(options.max_concurrent_streams)
                 .keep_alive_interval(Some(options.keepalive))
                 .keep_alive_timeout(options.keepalive_timeout)
-                .serve_connection(TokioIo::new(io), Tracked::new(service.clone(), Arc::clone(&activity)));
+                .serve_connection(TokioIo::new(io), service);
             let idle = Some((activity, options.http2_idle_timeout));
             let conn = Supervised::new(conn, drained, idle, options.first_request_timeout);
             tokio::spawn(async move {
@@ -110,7 +111,7 @@ where
                 .timer(TokioTimer::new())
                 .max_buf_size(READ_BUFFER)
                 .header_read_timeout(header_timeout)
-                .serve_connection(TokioIo::new(connection), service.clone());
+                .serve_connection(TokioIo::new(connection), service);
             let conn = Supervised::new(conn, drained, None, options.first_request_timeout);
             tokio::spawn(async move {
                 let _ = conn.await;

@@ -147,7 +147,9 @@ impl ModelInstance for Repeat {
                     [one] => Duration::from_millis(u64::from(*one)),
                     many => Duration::from_millis(u64::from(many.get(i).copied().unwrap_or(0))),
                 };
-                std::thread::sleep(wait);
+                // Cancellable, as WAIT is: a hung-up client's 20 s delay
+                // held the instance for everyone else.
+                hold(sink, at, Instant::now() + wait);
                 if sink.is_cancelled(at) {
                     break;
                 }
@@ -312,6 +314,36 @@ mod tests {
             .unwrap();
         assert_eq!(sink.sent.len(), 1);
         assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_cancelled_request_does_not_sit_out_its_delay() {
+        // The first response is sent, then the client is gone; the second
+        // element's delay is an hour.
+        let (done, finished) = std::sync::mpsc::channel();
+        /// Takes every response; the client is gone once it has one.
+        struct GoneAfterOne(usize);
+        impl ResponseSink for GoneAfterOne {
+            fn send(&mut self, _: usize, _: Vec<Tensor>) -> bool {
+                self.0 += 1;
+                true
+            }
+            fn is_cancelled(&self, _: usize) -> bool {
+                self.0 >= 1
+            }
+        }
+        std::thread::spawn(move || {
+            let mut sink = GoneAfterOne(0);
+            let delays: Vec<u8> = [0u32, 3_600_000].iter().flat_map(|v| v.to_le_bytes()).collect();
+            let delay = Tensor::new("DELAY", DataType::Uint32, vec![2], delays.into());
+            let outcome = instance().execute_decoupled(vec![vec![ints(&[7, 8]), delay]], &mut sink);
+            let _ = done.send((outcome.is_ok(), sink.0));
+        });
+        let (ok, sent) = finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the instance sat out the hour");
+        assert!(ok);
+        assert_eq!(sent, 1);
     }
 
     #[test]
