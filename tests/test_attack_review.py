@@ -479,3 +479,48 @@ wait $pid || true
     assert done.returncode == 0, done.stderr[-2000:]
     seen = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
     assert seen == {"remote": "403", "local": "200", "read": "200"}, (seen, done.stderr[-2000:])
+
+
+# --------------------------------------------------------------------------
+# 3. A JSON answer is reserved at its worst case before it is written
+# --------------------------------------------------------------------------
+
+
+def test_concurrent_json_answers_stay_within_the_budget(tmp_path_factory):
+    budget = 64 * MiB
+    srv = helpers.launch(
+        tmp_path_factory,
+        "json-answers",
+        [EXAMPLES_MODELS],
+        ["--max-in-flight-bytes", str(budget), "--http-max-input-size", str(16 * MiB), *EXIT],
+    )
+    try:
+        # 8 MiB of FP32 in, sent binary; the answer asked for as JSON text,
+        # where 0.1 is 20 characters: about 40 MiB each.
+        values = np.full(2 * MiB, 0.1, dtype=np.float32)
+        header = {
+            "inputs": [{"name": "INPUT0", "shape": [1, values.size], "datatype": "FP32",
+                        "parameters": {"binary_data_size": values.nbytes}}],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}],
+        }
+        body, headers = helpers.binary_body(header, [values.tobytes()])
+        idle = _reset_peak(srv.pid)
+
+        def send(_):
+            resp = requests.post(f"{srv.base_url}/v2/models/identity/infer", data=body, headers=headers, timeout=120)
+            return resp.status_code, (helpers.error_message(resp) if resp.status_code != 200 else "")
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(send, range(4)))
+        peak = _status(srv.pid, "VmHWM") - idle
+        assert {status for status, _ in results} <= {200, 503}, results
+        assert all("--max-in-flight-bytes" in m for s, m in results if s == 503), results
+        # The bound of docs/hardening.md: the budget, a quarter MiB per
+        # request, 8 MiB. Before, these four grew the server by 311-359 MiB.
+        bound = budget + 4 * MiB // 4 + 8 * MiB
+        assert peak <= bound, f"peak RSS grew by {peak / MiB:.0f} MiB; the bound is {bound / MiB:.0f} MiB ({results})"
+        # One at a time, each fits.
+        status, message = send(0)
+        assert status == 200, message
+    finally:
+        srv.stop_and_check()

@@ -128,6 +128,17 @@ impl Reservation {
         }
     }
 
+    /// Gives back all but `bytes` (when it holds more): for memory reserved
+    /// for a worst case that turned out smaller.
+    pub fn shrink_to(&mut self, bytes: usize) {
+        if let Some(budget) = &self.budget
+            && self.bytes > bytes
+        {
+            budget.give_back(self.bytes - bytes);
+            self.bytes = bytes;
+        }
+    }
+
     /// Takes everything out, leaving this reservation empty (same budget).
     pub fn take(&mut self) -> Reservation {
         Reservation {

@@ -98,20 +98,39 @@ pub fn decompress(
     }
 }
 
-pub fn compress(encoding: Encoding, body: &[u8]) -> Bytes {
-    fn finish<W: Write>(mut w: W, body: &[u8], done: impl FnOnce(W) -> std::io::Result<Vec<u8>>) -> Vec<u8> {
-        w.write_all(body).expect("writing into memory cannot fail");
-        done(w).expect("writing into memory cannot fail")
+/// The most bytes [`compress`] writes for `len` bytes: deflate's worst case
+/// (stored blocks, 5 bytes per 64 KiB) and gzip's header and trailer. Its
+/// output buffer is this large from the start, so it never grows.
+pub fn max_compressed_len(len: usize) -> usize {
+    len.saturating_add(len / 1024).saturating_add(64)
+}
+
+/// What `write` writes, compressed as it is written (the text is never
+/// whole in memory), into a buffer of `capacity` bytes to start with.
+pub fn compress_with(
+    encoding: Encoding,
+    capacity: usize,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<Vec<u8>> {
+    let output = Vec::with_capacity(capacity);
+    match encoding {
+        Encoding::Gzip => {
+            let mut encoder = GzEncoder::new(output, Compression::fast());
+            write(&mut encoder)?;
+            encoder.finish()
+        }
+        Encoding::Deflate => {
+            let mut encoder = ZlibEncoder::new(output, Compression::fast());
+            write(&mut encoder)?;
+            encoder.finish()
+        }
     }
-    let out = match encoding {
-        Encoding::Gzip => finish(GzEncoder::new(Vec::new(), Compression::fast()), body, GzEncoder::finish),
-        Encoding::Deflate => finish(
-            ZlibEncoder::new(Vec::new(), Compression::fast()),
-            body,
-            ZlibEncoder::finish,
-        ),
-    };
-    Bytes::from(out)
+}
+
+/// `body` compressed.
+pub fn compress(encoding: Encoding, body: &[u8]) -> Bytes {
+    let packed = compress_with(encoding, max_compressed_len(body.len()), |w| w.write_all(body));
+    Bytes::from(packed.expect("writing into memory cannot fail"))
 }
 
 #[cfg(test)]

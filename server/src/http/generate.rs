@@ -14,6 +14,7 @@
 //! stream. A client that goes away cancels the request.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::fmt;
 
 use axum::body::Body;
@@ -25,9 +26,9 @@ use http::{HeaderMap, HeaderValue, header};
 use nereid_proto::inference::{ModelConfig, ModelInput};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::request_json::{JsonParameters, MAX_TENSORS};
+use super::infer::ReservedBody;
 use super::{AppState, HandlerResult, body, json_tensor, model_path};
 use crate::error::{Error, Result};
 use crate::memory_budget::Reservation;
@@ -60,9 +61,10 @@ pub(super) async fn generate(
     } else {
         s.server.infer(request).await?
     };
+    let (json, reservation) = response_json(&response, s.options.budget.reservation())?;
     Ok((
         [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        response_json(&response),
+        Body::new(ReservedBody::new(json, reservation)),
     )
         .into_response())
 }
@@ -80,14 +82,20 @@ pub(super) async fn generate_stream(
         let mut responses = s.server.infer_stream(request)?;
         // The status is the first response's.
         let first = responses.next().await.transpose()?;
-        let rest = responses.map(|response| match response {
-            Ok(response) => (event(&response_json(&response)), true),
+        let budget = &s.options.budget;
+        let first = first
+            .map(|r| response_json(&r, budget.reservation()))
+            .transpose()?
+            .map(|(json, _)| event(&json));
+        let budget = Arc::clone(budget);
+        let rest = responses.map(move |response| match response.and_then(|r| response_json(&r, budget.reservation())) {
+            Ok((json, _)) => (event(&json), true),
             Err(e) => (error_event(&e), false),
         });
-        Body::from_stream(events_until_error(first.map(|r| event(&response_json(&r))), rest))
+        Body::from_stream(events_until_error(first, rest))
     } else {
         let response = s.server.infer(request).await?;
-        Body::from(event(&response_json(&response)))
+        Body::from(event(&response_json(&response, s.options.budget.reservation())?.0))
     };
     Ok((
         [(
@@ -208,30 +216,54 @@ fn shape_for(input: &ModelInput, batching: bool, elements: usize) -> Result<Vec<
 }
 
 /// The generate response object: the outputs by name, each a value when
-/// it has one element and a flat array otherwise.
-fn response_json(response: &InferResponse) -> Vec<u8> {
-    let mut object = Map::new();
-    object.insert("model_name".into(), Value::String(response.model_name.clone()));
-    object.insert(
-        "model_version".into(),
-        Value::String(response.model_version.to_string()),
-    );
-    if !response.id.is_empty() {
-        object.insert("id".into(), Value::String(response.id.clone()));
-    }
+/// it has one element and a flat array otherwise. Written straight from
+/// the tensors (a JSON value tree cost tens of bytes per element), into a
+/// buffer reserved in the budget at its worst case first.
+fn response_json(response: &InferResponse, mut reservation: Reservation) -> Result<(Bytes, Reservation)> {
+    let text = |t: &str| 6 * t.len() + 4;
+    let mut worst = 64 + text(&response.model_name) + text(&response.id);
     for tensor in &response.outputs {
-        let data = json_tensor::Data {
-            datatype: tensor.datatype,
-            data: &tensor.data,
-        };
-        let value = match serde_json::to_value(data) {
-            Ok(Value::Array(mut one)) if one.len() == 1 => one.pop().expect("one element"),
-            Ok(value) => value,
-            Err(e) => Value::String(format!("output '{}' could not be written as JSON: {e}", tensor.name)),
-        };
-        object.insert(tensor.name.clone(), value);
+        worst = worst
+            .saturating_add(text(&tensor.name))
+            .saturating_add(json_tensor::max_json_len(tensor.datatype, tensor.data.len()));
     }
-    serde_json::to_vec(&object).expect("a JSON object serializes")
+    reservation
+        .grow(worst)
+        .map_err(|e| Error::from(e).context(format_args!("the answer of model '{}' as JSON", response.model_name)))?;
+    let mut out = Vec::with_capacity(worst);
+    serde_json::to_writer(&mut out, &ResponseJson(response)).map_err(|e| Error::internal(e.to_string()))?;
+    reservation.shrink_to(out.len());
+    Ok((Bytes::from(out), reservation))
+}
+
+struct ResponseJson<'a>(&'a InferResponse);
+
+impl serde::Serialize for ResponseJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let response = self.0;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("model_name", &response.model_name)?;
+        map.serialize_entry("model_version", &response.model_version.to_string())?;
+        if !response.id.is_empty() {
+            map.serialize_entry("id", &response.id)?;
+        }
+        for tensor in &response.outputs {
+            let data = json_tensor::Data {
+                datatype: tensor.datatype,
+                data: &tensor.data,
+            };
+            if data.len() == 1 {
+                // One element: the value itself, not a list of one.
+                let list = serde_json::to_string(&data).map_err(serde::ser::Error::custom)?;
+                let one = RawValue::from_string(list[1..list.len() - 1].to_string()).map_err(serde::ser::Error::custom)?;
+                map.serialize_entry(&tensor.name, &one)?;
+            } else {
+                map.serialize_entry(&tensor.name, &data)?;
+            }
+        }
+        map.end()
+    }
 }
 
 /// The request object: `id`, `parameters`, and every other key an input
@@ -287,6 +319,7 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for GenerateJson<'a> {
 mod tests {
     use super::*;
     use crate::datatype::DataType;
+    use serde_json::Value;
     use crate::model_config::text::parse;
 
     fn config(max_batch_size: i32) -> ModelConfig {
@@ -347,7 +380,7 @@ mod tests {
             ],
             ..InferResponse::default()
         };
-        let json: Value = serde_json::from_slice(&response_json(&response)).unwrap();
+        let json: Value = serde_json::from_slice(&response_json(&response, Reservation::default()).unwrap().0).unwrap();
         assert_eq!(
             json,
             serde_json::json!({"model_name": "m", "model_version": "1", "ONE": 7, "MANY": [1, 2]})

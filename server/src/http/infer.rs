@@ -98,15 +98,15 @@ where
     let output_bytes: usize = response.outputs.iter().map(|t| t.data.len()).sum();
     let queue_depth = response.queue_depth;
     let compress = compression::accepted(headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
+    // The answer is reserved at its worst case before it is written, then
+    // counted at what it holds until it has been sent. A refusal wastes the
+    // inference, but the budget holds.
+    let mut held = s.options.budget.reservation();
+    held.grow(infer_codec::max_encoded_size(&response, &binary_outputs, compress))
+        .map_err(|e| Error::from(e).context(format_args!("the answer of model '{}' as JSON", response.model_name)))?;
     let encode = move || {
-        let encoded = infer_codec::encode(&response, &binary_outputs);
-        match compress {
-            Some(encoding) => {
-                let packed = compression::compress(encoding, &encoded.body);
-                (encoded.header_length, packed.len(), packed)
-            }
-            None => (encoded.header_length, encoded.allocated, encoded.body),
-        }
+        let encoded = infer_codec::encode(&response, &binary_outputs, compress);
+        (encoded.header_length, encoded.allocated, encoded.body)
     };
     let (binary_header, allocated, body) = if output_bytes >= OFFLOAD_BYTES {
         offload(move || Ok(encode())).await?
@@ -129,10 +129,7 @@ where
     if let Some(depth) = queue_depth {
         reply.insert(QUEUE_DEPTH, number(depth as usize));
     }
-    // The answer is counted in the budget until it has been sent; it exists
-    // already, so it is counted, never refused.
-    let mut held = s.options.budget.reservation();
-    held.charge(allocated);
+    held.shrink_to(allocated);
     Ok(Answer {
         headers: reply,
         body: ReservedBody::new(body, held),
@@ -185,7 +182,7 @@ pub(super) struct ReservedBody {
 }
 
 impl ReservedBody {
-    fn new(data: Bytes, reservation: Reservation) -> Self {
+    pub(super) fn new(data: Bytes, reservation: Reservation) -> Self {
         ReservedBody {
             data: Some(data),
             _reservation: reservation,

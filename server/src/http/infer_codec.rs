@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::Serialize;
 
+use super::compression::{self, Encoding};
 use super::json_tensor;
 use super::request_json::RequestJson;
 use crate::datatype::DataType;
@@ -209,8 +210,8 @@ pub fn decode(
 pub struct EncodedResponse {
     pub body: Bytes,
     pub header_length: Option<usize>,
-    /// Bytes of memory the body holds: its allocation, which JSON's growing
-    /// buffer can leave larger than its length.
+    /// Bytes of memory the body holds: what was written of its allocation
+    /// (sized for the worst case, the rest never touched).
     pub allocated: usize,
 }
 
@@ -295,45 +296,113 @@ enum OutputParameters<'a> {
 const HEADER_ROOM: usize = 64;
 const OUTPUT_ROOM: usize = 96;
 
-/// The JSON header and the binary outputs after it, written into one
-/// buffer sized up front.
-pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs) -> EncodedResponse {
+/// Characters a client's text may take in JSON, per byte (`\u0001`).
+const ESCAPED: usize = 6;
+
+/// The most bytes [`encode`] can write for `response`: the answer's memory,
+/// reserved in the budget before it is written (a JSON answer is up to 12.5
+/// times its tensors; counted only once written, four concurrent 15 MiB
+/// answers overran a 64 MiB budget by 300 MiB).
+pub fn max_encoded_len(response: &InferResponse, binary_outputs: &BinaryOutputs) -> usize {
     let outputs = OutputsJson {
         response,
         binary_outputs,
     };
-    let mut json_guess = HEADER_ROOM + response.id.len() + response.model_name.len();
-    let mut binary_bytes = 0;
+    let text = |s: &str| ESCAPED.saturating_mul(s.len()).saturating_add(2);
+    let mut total = HEADER_ROOM + text(&response.id) + text(&response.model_name);
     for tensor in &response.outputs {
-        json_guess += OUTPUT_ROOM + tensor.name.len() + 21 * tensor.shape.len();
-        if outputs.is_binary(tensor) {
-            binary_bytes += tensor.data.len();
+        total = total
+            .saturating_add(OUTPUT_ROOM + text(&tensor.name))
+            .saturating_add(21 * tensor.shape.len());
+        total = total.saturating_add(if let Some(parameters) = response.output_parameters.get(&tensor.name) {
+            parameters
+                .iter()
+                .map(|(key, value)| {
+                    text(key)
+                        + match value {
+                            Parameter::String(s) => text(s),
+                            _ => 24,
+                        }
+                        + 2
+                })
+                .sum::<usize>()
+        } else if outputs.is_binary(tensor) {
+            tensor.data.len() + 64
         } else {
-            // A number's text is about as long as its bytes, and then some.
-            json_guess += 2 * tensor.data.len();
-        }
+            json_tensor::max_json_len(tensor.datatype, tensor.data.len())
+        });
     }
-    let body = BytesMut::with_capacity(json_guess + binary_bytes);
+    total
+}
+
+/// The most bytes [`encode`] holds for `response`, compressed or not (see
+/// [`max_encoded_len`]): what is reserved before it is written.
+pub fn max_encoded_size(response: &InferResponse, binary_outputs: &BinaryOutputs, compress: Option<Encoding>) -> usize {
+    let text = max_encoded_len(response, binary_outputs);
+    match compress {
+        Some(_) => compression::max_compressed_len(text),
+        None => text,
+    }
+}
+
+/// The JSON header and the binary outputs after it, written into one
+/// buffer of [`max_encoded_size`]: it never grows (and pages it does not
+/// write are never touched). When compressed, the text goes through the
+/// compressor as it is written and is never whole in memory.
+pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs, compress: Option<Encoding>) -> EncodedResponse {
     let header = ResponseJson {
         id: &response.id,
         model_name: &response.model_name,
         model_version: response.model_version,
-        outputs,
+        outputs: OutputsJson {
+            response,
+            binary_outputs,
+        },
     };
-    let mut writer = body.writer();
-    serde_json::to_writer(&mut writer, &header).expect("the response header serializes");
-    let mut body = writer.into_inner();
-    let header_length = body.len();
-    if binary_bytes > 0 {
-        body.reserve(binary_bytes);
-        for tensor in response.outputs.iter().filter(|t| header.outputs.is_binary(t)) {
-            body.put_slice(&tensor.data);
+    let binary: Vec<&Tensor> = response.outputs.iter().filter(|t| header.outputs.is_binary(t)).collect();
+    let mut header_length = 0;
+    let mut write = |out: &mut dyn std::io::Write| -> std::io::Result<()> {
+        let mut counted = Counted { inner: out, written: 0 };
+        serde_json::to_writer(&mut counted, &header)?;
+        header_length = counted.written;
+        for tensor in &binary {
+            counted.inner.write_all(&tensor.data)?;
         }
-    }
+        Ok(())
+    };
+    let capacity = max_encoded_size(response, binary_outputs, compress);
+    let body = match compress {
+        Some(encoding) => {
+            Bytes::from(compression::compress_with(encoding, capacity, write).expect("writing into memory cannot fail"))
+        }
+        None => {
+            let mut body = BytesMut::with_capacity(capacity).writer();
+            write(&mut body).expect("writing into memory cannot fail");
+            body.into_inner().freeze()
+        }
+    };
     EncodedResponse {
-        allocated: body.capacity(),
-        body: body.freeze(),
-        header_length: (binary_bytes > 0).then_some(header_length),
+        allocated: body.len(),
+        body,
+        header_length: (!binary.is_empty()).then_some(header_length),
+    }
+}
+
+/// A writer that counts what goes through it (the JSON header's length).
+struct Counted<'a> {
+    inner: &'a mut dyn std::io::Write,
+    written: usize,
+}
+
+impl std::io::Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
@@ -420,12 +489,21 @@ mod tests {
             default: false,
             listed: vec![("A".into(), true)],
         };
-        let encoded = encode(&response, &binary);
+        let encoded = encode(&response, &binary, None);
         let n = encoded.header_length.unwrap();
         let json: Value = serde_json::from_slice(&encoded.body[..n]).unwrap();
         assert_eq!(json["outputs"][0]["parameters"]["binary_data_size"], 4);
         assert_eq!(json["outputs"][1]["data"], serde_json::json!([6]));
         assert_eq!(json["model_version"], "1");
         assert_eq!(&encoded.body[n..], &[5, 0, 0, 0]);
+        assert!(encoded.body.len() <= max_encoded_size(&response, &binary, None));
+
+        // Compressed as it is written: the same bytes once inflated, and
+        // the same JSON length.
+        let packed = encode(&response, &binary, Some(Encoding::Gzip));
+        assert_eq!(packed.header_length, Some(n));
+        let mut inflated = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&packed.body[..]), &mut inflated).unwrap();
+        assert_eq!(inflated, encoded.body);
     }
 }

@@ -267,10 +267,50 @@ impl<'de> Visitor<'de> for Elements<'_> {
     }
 }
 
+/// The longest JSON text [`Data`] writes for `bytes` bytes of `datatype`:
+/// what an answer's encoding is reserved for before it is written. JSON
+/// widens a tensor: a float becomes up to 24 characters (widened to f64, as
+/// Triton writes it), so half floats grow 12.5 times; a control byte of a
+/// BYTES element becomes `\u0001`, six.
+pub fn max_json_len(datatype: DataType, bytes: usize) -> usize {
+    // (the bytes of one element, its longest text with its comma)
+    let (size, text) = match datatype {
+        DataType::Bool => (1, 6),
+        DataType::Uint8 => (1, 4),
+        DataType::Int8 => (1, 5),
+        DataType::Uint16 => (2, 6),
+        DataType::Int16 => (2, 7),
+        DataType::Uint32 => (4, 11),
+        DataType::Int32 => (4, 12),
+        DataType::Uint64 | DataType::Int64 => (8, 21),
+        DataType::Fp16 | DataType::Bf16 => (2, 25),
+        DataType::Fp32 => (4, 25),
+        DataType::Fp64 => (8, 25),
+        // An element of L bytes (plus its 4 of length) is at most 6 L
+        // characters escaped, and 3 for its quotes and comma: 6 a byte.
+        DataType::Bytes => return bytes.saturating_mul(6).saturating_add(2),
+    };
+    (bytes / size + 1).saturating_mul(text).saturating_add(2)
+}
+
 /// Raw tensor bytes, serialised as a flat JSON array without building one.
 pub struct Data<'a> {
     pub datatype: DataType,
     pub data: &'a [u8],
+}
+
+impl Data<'_> {
+    /// How many elements the data holds.
+    pub fn len(&self) -> usize {
+        match self.datatype {
+            DataType::Bytes => bytes_elements(self.data).count(),
+            datatype => self.data.len() / datatype.byte_size().unwrap_or(1).max(1),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl Serialize for Data<'_> {
@@ -337,6 +377,36 @@ mod tests {
 
     fn encode(datatype: DataType, data: &[u8]) -> Value {
         serde_json::to_value(Data { datatype, data }).unwrap()
+    }
+
+    #[test]
+    fn the_longest_text_of_every_datatype_is_within_its_bound() {
+        let text = |datatype: DataType, data: &[u8]| serde_json::to_vec(&Data { datatype, data }).unwrap().len();
+        // Values whose text is longest: the most negative integers, floats
+        // with 17 digits and a 3-digit exponent, control bytes.
+        let cases: Vec<(DataType, Vec<u8>)> = vec![
+            (DataType::Bool, vec![0; 1000]),
+            (DataType::Int8, [i8::MIN].repeat(1000).iter().map(|v| *v as u8).collect()),
+            (DataType::Uint8, vec![255; 1000]),
+            (DataType::Int16, i16::MIN.to_le_bytes().repeat(1000)),
+            (DataType::Uint16, u16::MAX.to_le_bytes().repeat(1000)),
+            (DataType::Int32, i32::MIN.to_le_bytes().repeat(1000)),
+            (DataType::Uint32, u32::MAX.to_le_bytes().repeat(1000)),
+            (DataType::Int64, i64::MIN.to_le_bytes().repeat(1000)),
+            (DataType::Uint64, u64::MAX.to_le_bytes().repeat(1000)),
+            (DataType::Fp16, f16::from_f32(-6.1e-5).to_le_bytes().repeat(1000)),
+            (DataType::Bf16, bf16::from_f32(-1.1754944e-38).to_le_bytes().repeat(1000)),
+            (DataType::Fp32, (-1.1754942e-38f32).to_le_bytes().repeat(1000)),
+            (DataType::Fp64, (-2.2250738585072014e-308f64).to_le_bytes().repeat(1000)),
+            (DataType::Bytes, [1u32.to_le_bytes().as_slice(), &[1]].concat().repeat(1000)),
+            (DataType::Bytes, [8u32.to_le_bytes().as_slice(), &[0x1f; 8]].concat().repeat(100)),
+        ];
+        for (datatype, data) in cases {
+            let written = text(datatype, &data);
+            let bound = max_json_len(datatype, data.len());
+            assert!(written <= bound, "{datatype:?}: {written} > {bound}");
+            assert!(bound <= 4 * written + 64, "{datatype:?}: {bound} is loose for {written}");
+        }
     }
 
     #[test]
