@@ -15,7 +15,8 @@ use crate::state::Gateway;
 pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<Response<Reply>, Infallible> {
     let mut response = match request.uri().path() {
         "/metrics" => {
-            let mut response = Response::new(Reply::data(gateway.metrics.render(&gateway.router)));
+            let text = gateway.metrics.render(&gateway.router, gateway.budget.held());
+            let mut response = Response::new(Reply::data(text));
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -15,8 +15,9 @@ use thiserror::Error;
 
 use crate::Protocol;
 use crate::h2_body::{H2Body, Next, next_or_reset, send_paced};
+use crate::memory_budget::Charge;
 use crate::metrics::{Failure, Metrics};
-use crate::pool::{self, Pool, SendError};
+use crate::pool::{self, Pool, SendError, StreamSlot};
 use crate::registry::{Address, RouteError};
 use crate::reply_body::{Answer, Reply};
 use crate::router::Router;
@@ -26,8 +27,14 @@ use crate::router::Router;
 pub enum Payload {
     /// Read whole: can be sent again.
     Whole(Vec<Bytes>),
-    /// A stream: sent once, to one pod, for its whole life.
-    Streaming(Vec<Bytes>, H2Body),
+    /// A stream: sent once, to one pod, for its whole life. Its `head`
+    /// (read until it named the model) stays charged to the memory budget
+    /// until it has been passed on.
+    Streaming {
+        head: Vec<Bytes>,
+        rest: H2Body,
+        charge: Charge,
+    },
 }
 
 /// One request to forward.
@@ -69,6 +76,9 @@ pub struct UpstreamOptions {
     pub connect_timeout: Duration,
     /// Attempts per request, the first included, when pods cannot be reached.
     pub attempts: usize,
+    /// HTTP/2 connections the pool may open to one pod address
+    /// (`--max-pod-connections`).
+    pub max_pod_connections: usize,
 }
 
 pub struct Upstream {
@@ -79,7 +89,7 @@ pub struct Upstream {
 impl Upstream {
     pub fn new(options: UpstreamOptions) -> Self {
         Upstream {
-            pool: Pool::new(options.connect_timeout),
+            pool: Pool::new(options.connect_timeout, options.max_pod_connections),
             options,
         }
     }
@@ -107,7 +117,7 @@ impl Upstream {
         // here until an attempt opens a stream for it.
         let (whole, mut stream) = match body {
             Payload::Whole(chunks) => (Some(chunks), None),
-            Payload::Streaming(head, rest) => (None, Some((head, rest))),
+            Payload::Streaming { head, rest, charge } => (None, Some((head, rest, charge))),
         };
         let end_of_stream = whole.as_ref().is_some_and(Vec::is_empty);
         let mut tried: Vec<Address> = Vec::new();
@@ -143,19 +153,22 @@ impl Upstream {
             resolved = Some(Arc::clone(&model_label));
             let upstream = build(&method, address, path, &headers);
             let exchange = match self.pool.open(address, upstream, end_of_stream).await {
-                Ok((response, mut send)) => {
+                Ok((pending, mut send)) => {
+                    // Counts the stream open on its connection until both
+                    // the answer and the pump are done with it.
+                    let slot = pending.slot();
                     if let Some(chunks) = &whole {
                         send_whole(&mut send, chunks);
-                    } else if let Some((head, rest)) = stream.take() {
-                        tokio::spawn(pump(head, rest, send));
+                    } else if let Some((head, rest, charge)) = stream.take() {
+                        tokio::spawn(pump(Pumped { head, charge }, rest, send, slot.clone()));
                     }
-                    pool::answer(response).await
+                    pool::answer(pending).await.map(|response| (response, slot))
                 }
                 Err(error) => Err(error),
             };
             match exchange {
                 // A pod that is starting or going away ran nothing of it.
-                Ok(response)
+                Ok((response, _))
                     if response.headers().contains_key(nereid_proto::NOT_SERVING_HEADER)
                         && whole.is_some()
                         && !last_attempt =>
@@ -166,7 +179,7 @@ impl Upstream {
                     tried.push(route.endpoint.address);
                     metrics.retried(&model_label);
                 }
-                Ok(response) => {
+                Ok((response, slot)) => {
                     route.endpoint.load.succeeded();
                     if let Some(depth) = queue_depth(response.headers()) {
                         route.endpoint.load.report_queue_depth(depth);
@@ -175,12 +188,18 @@ impl Upstream {
                     let (mut parts, body) = response.into_parts();
                     strip_hop_by_hop(&mut parts.headers, protocol);
                     let latency = metrics.duration(&model_label, protocol);
-                    let answer = Answer::new(body, in_flight, latency, started);
+                    let answer = Answer::new(body, in_flight, slot, latency, started);
                     return Ok(Response::from_parts(parts, Reply::Forwarded(answer)));
                 }
-                Err(SendError::NotSent(reason)) => {
-                    route.endpoint.load.failed(Instant::now(), router.ejection());
-                    metrics.failed(&model_label, Failure::Connect);
+                Err(error @ (SendError::NotSent(_) | SendError::Busy(_))) => {
+                    if matches!(error, SendError::Busy(_)) {
+                        // Busy, not broken: no ejection.
+                        metrics.failed(&model_label, Failure::Overloaded);
+                    } else {
+                        route.endpoint.load.failed(Instant::now(), router.ejection());
+                        metrics.failed(&model_label, Failure::Connect);
+                    }
+                    let reason = error.to_string();
                     tracing::debug!(model = %model_label, %address, %reason, "request not sent; trying another pod");
                     last_error = reason;
                     tried.push(route.endpoint.address);
@@ -227,15 +246,26 @@ fn send_whole(send: &mut SendStream<Bytes>, chunks: &[Bytes]) {
     }
 }
 
+/// A stream's first chunks, read to route it, and their charge on the
+/// memory budget.
+struct Pumped {
+    head: Vec<Bytes>,
+    charge: Charge,
+}
+
 /// Passes a client's stream on to its pod as it arrives, paced by the
 /// pod's window, until the client ends it. A client that resets its stream
 /// resets the pod's, and a pod that resets its stream ends the pumping.
-async fn pump(head: Vec<Bytes>, mut rest: H2Body, mut send: SendStream<Bytes>) {
+/// The next chunk is read only once the pod's window has taken the last, so
+/// what waits in the gateway is bounded by the client's HTTP/2 windows.
+async fn pump(head: Pumped, mut rest: H2Body, mut send: SendStream<Bytes>, _slot: StreamSlot) {
+    let Pumped { head, charge } = head;
     for chunk in head {
         if send_paced(&mut send, chunk).await.is_err() {
             return;
         }
     }
+    drop(charge);
     loop {
         match std::future::poll_fn(|cx| next_or_reset(cx, &mut rest, |cx| send.poll_reset(cx))).await {
             Next::Chunk(Some(Ok(chunk))) => {

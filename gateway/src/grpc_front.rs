@@ -8,6 +8,14 @@
 //! readiness and the repository index are the gateway's own answers; server
 //! metadata comes from any ready pod. Loading and unloading belong to the
 //! InferenceModel, and shared memory to one pod: both are refused here.
+//!
+//! A ModelStreamInfer call holds a stream to its pod for as long as the
+//! client keeps it open, so one client connection may hold at most
+//! `--max-streaming-calls-per-connection` of them; one more is answered
+//! RESOURCE_EXHAUSTED at once. Together with the pool opening more
+//! connections to a pod whose connection is full ([`crate::pool`]), this
+//! keeps one client's idle streams from taking every stream the pod allows
+//! the gateway, which would leave every other client's calls queued.
 
 use std::future::{Future, poll_fn};
 use std::pin::pin;
@@ -26,10 +34,12 @@ use nereid_proto::inference::{
 };
 use prost::Message;
 
+use crate::cap::Cap;
 use crate::forward::{Forward, ForwardError, Payload};
 use crate::grpc_answer;
 use crate::grpc_reply::{self, Code};
 use crate::h2_body::H2Body;
+use crate::limits::flag;
 use crate::metrics::Failure;
 use crate::model_name::{self, FrameError};
 use crate::registry::RouteError;
@@ -49,8 +59,30 @@ const WHOLE_ANSWER_BYTES: usize = 1 << 20;
 /// One call on the gRPC port, from its headers to its last answer. A client
 /// that resets its stream before the answer drops the call, and with it the
 /// stream to the pod (which h2 then resets: the pod stops the work).
-pub async fn call(gateway: Arc<Gateway>, request: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+/// `streams` caps the ModelStreamInfer calls of the client's connection.
+pub async fn call(
+    gateway: Arc<Gateway>,
+    request: Request<RecvStream>,
+    mut respond: SendResponse<Bytes>,
+    streams: &Cap,
+) {
     let streaming = request.uri().path() == STREAM_INFER;
+    // Held for the call's life.
+    let _stream_slot = match streaming.then(|| streams.try_take()) {
+        Some(None) => {
+            gateway.metrics.failed("", Failure::Overloaded);
+            let text = format!(
+                "this connection already has {} ModelStreamInfer calls open, the gateway's limit per connection \
+                 ({}): end one, or open another connection",
+                streams.limit(),
+                flag::MAX_STREAMING_CALLS
+            );
+            grpc_answer::send(&mut respond, grpc_reply::status(Code::ResourceExhausted, &text), 0).await;
+            return;
+        }
+        Some(slot) => slot,
+        None => None,
+    };
     let mut answer = pin!(serve(&gateway, request.map(H2Body::new)));
     let answered = poll_fn(|cx| {
         if let Poll::Ready(response) = answer.as_mut().poll(cx) {
@@ -101,15 +133,19 @@ async fn serve(gateway: &Gateway, request: Request<H2Body>) -> Response<Reply> {
 async fn per_model(gateway: &Gateway, request: Request<H2Body>, started: Instant, stream: bool) -> Response<Reply> {
     let (parts, body) = request.into_parts();
     // A unary call is read whole (it can then be retried); a stream only
-    // until its first message names the model.
+    // until its first message names the model. What is read is charged to
+    // the memory budget until the pod has answered (a stream's first
+    // chunks: until they are passed on).
+    let limits = gateway.limits.body();
+    let mut charge = gateway.charge();
     let read = if stream {
         let mut first_message = FirstMessage::default();
-        read_while(body, gateway.max_body_bytes, |chunks, total| {
+        read_while(body, limits, &mut charge, |chunks, total| {
             !first_message.has_name(chunks, total)
         })
         .await
     } else {
-        read_while(body, gateway.max_body_bytes, |_, _| true).await
+        read_while(body, limits, &mut charge, |_, _| true).await
     };
     let (chunks, rest) = match read {
         Ok(read) => read,
@@ -128,7 +164,11 @@ async fn per_model(gateway: &Gateway, request: Request<H2Body>, started: Instant
         None => name,
     };
     let body = match rest {
-        Some(rest) if stream => Payload::Streaming(chunks, rest),
+        Some(rest) if stream => Payload::Streaming {
+            head: chunks,
+            rest,
+            charge: std::mem::replace(&mut charge, gateway.charge()),
+        },
         // A unary body that did not end is read whole by now; an ended
         // stream is as good as a whole body.
         _ => Payload::Whole(chunks),
@@ -214,7 +254,8 @@ async fn server_metadata(gateway: &Gateway, request: Request<H2Body>, started: I
         });
     };
     let (parts, body) = request.into_parts();
-    let chunks = match read_while(body, gateway.max_body_bytes, |_, _| true).await {
+    let mut charge = gateway.charge();
+    let chunks = match read_while(body, gateway.limits.body(), &mut charge, |_, _| true).await {
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),
     };
@@ -235,7 +276,9 @@ async fn server_metadata(gateway: &Gateway, request: Request<H2Body>, started: I
 
 /// The cluster's models and their states, from discovery.
 async fn repository_index(gateway: &Gateway, request: Request<H2Body>) -> Response<Reply> {
-    let chunks = match read_while(request.into_body(), 1 << 16, |_, _| true).await {
+    let mut charge = gateway.charge();
+    let limits = gateway.limits.control_body();
+    let chunks = match read_while(request.into_body(), limits, &mut charge, |_, _| true).await {
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),
     };
@@ -267,11 +310,13 @@ fn bad_request(gateway: &Gateway, text: &str) -> Response<Reply> {
 }
 
 fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
-    gateway.metrics.failed("", Failure::BadRequest);
-    let code = match error {
-        ReadError::TooLarge { .. } => Code::ResourceExhausted,
-        ReadError::Client(_) => Code::InvalidArgument,
+    let (code, failure) = match error {
+        ReadError::TooLarge { .. } => (Code::ResourceExhausted, Failure::BadRequest),
+        ReadError::OverBudget(_) => (Code::ResourceExhausted, Failure::Overloaded),
+        ReadError::TimedOut { .. } => (Code::DeadlineExceeded, Failure::BadRequest),
+        ReadError::Client(_) => (Code::InvalidArgument, Failure::BadRequest),
     };
+    gateway.metrics.failed("", failure);
     grpc_reply::status(code, &error.to_string())
 }
 

@@ -13,6 +13,7 @@ use crate::reply_body::Reply;
 pub enum Code {
     Ok = 0,
     InvalidArgument = 3,
+    DeadlineExceeded = 4,
     NotFound = 5,
     FailedPrecondition = 9,
     ResourceExhausted = 8,

@@ -7,6 +7,12 @@
 //! by the `nereid-namespace` header; the pod is sent its plain name.
 //! Health is the gateway's own; the repository index is the cluster's
 //! models; load and unload are refused, pointing to the InferenceModel.
+//!
+//! Only a model's data plane is forwarded (metadata, ready, config, stats,
+//! infer, generate, generate_stream: [`model_name::ModelCall`]), as on the
+//! gRPC port; Triton's endpoints about one server (trace and log settings,
+//! shared memory) are refused with 403, anything else with 404, both with
+//! KServe's `{"error": "..."}`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,7 +24,7 @@ use serde_json::json;
 
 use crate::forward::{Forward, ForwardError, Payload};
 use crate::metrics::Failure;
-use crate::model_name::{self, HttpRoute};
+use crate::model_name::{self, HttpRoute, PathError};
 use crate::registry::RouteError;
 use crate::reply_body::Reply;
 use crate::request_body::{ReadError, read_while};
@@ -32,7 +38,11 @@ pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<
         Ok(route) => route,
         Err(error) => {
             gateway.metrics.failed("", Failure::BadRequest);
-            return Ok(error_json(StatusCode::NOT_FOUND, &error.to_string()));
+            let status = match error {
+                PathError::OneServer(_) => StatusCode::FORBIDDEN,
+                _ => StatusCode::NOT_FOUND,
+            };
+            return Ok(error_json(status, &error.to_string()));
         }
     };
     Ok(match route {
@@ -52,16 +62,20 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, 
     // The pod knows the model by its plain name.
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let path = unqualified(path_and_query);
+    let limits = gateway.limits.body();
     if let Some(length) = content_length(&parts.headers)
-        && length > gateway.max_body_bytes as u64
+        && length > limits.max_bytes as u64
     {
-        gateway.metrics.failed("", Failure::BadRequest);
         let error = ReadError::TooLarge {
-            limit: gateway.max_body_bytes,
+            limit: limits.max_bytes,
+            flag: limits.max_bytes_flag,
         };
-        return error_json(StatusCode::PAYLOAD_TOO_LARGE, &error.to_string());
+        return read_failure(gateway, &error);
     }
-    let chunks = match read_while(body, gateway.max_body_bytes, |_, _| true).await {
+    // Held until the pod has answered: the chunks are kept until then, for
+    // a retry on another pod.
+    let mut charge = gateway.charge();
+    let chunks = match read_while(body, limits, &mut charge, |_, _| true).await {
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),
     };
@@ -154,7 +168,9 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
             "the repository index is a POST, as in KServe v2",
         );
     }
-    let chunks = match read_while(request.into_body(), 1 << 16, |_, _| true).await {
+    let mut charge = gateway.charge();
+    let limits = gateway.limits.control_body();
+    let chunks = match read_while(request.into_body(), limits, &mut charge, |_, _| true).await {
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),
     };
@@ -192,11 +208,13 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
 /// Bad requests are counted without a model label: the name in them is the
 /// client's text, not yet a model.
 fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
-    gateway.metrics.failed("", Failure::BadRequest);
-    let status = match error {
-        ReadError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        ReadError::Client(_) => StatusCode::BAD_REQUEST,
+    let (status, failure) = match error {
+        ReadError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, Failure::BadRequest),
+        ReadError::OverBudget(_) => (StatusCode::SERVICE_UNAVAILABLE, Failure::Overloaded),
+        ReadError::TimedOut { .. } => (StatusCode::REQUEST_TIMEOUT, Failure::BadRequest),
+        ReadError::Client(_) => (StatusCode::BAD_REQUEST, Failure::BadRequest),
     };
+    gateway.metrics.failed("", failure);
     error_json(status, &error.to_string())
 }
 

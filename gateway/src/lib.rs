@@ -27,16 +27,23 @@
 //! - [`discovery`]: the registry kept up to date from InferenceModels,
 //!   ModelEnsembles and EndpointSlices.
 //! - [`forward`]: sending a request to a pod, retries when a pod cannot be
-//!   reached; [`pool`]: one HTTP/2 connection per pod, driven through `h2`
-//!   ([`h2_body`] says why), over corked sockets (`nereid_cork`: one write per turn);
-//!   [`request_body`] and [`reply_body`]: bodies
-//!   passed through without copying.
+//!   reached; [`pool`]: HTTP/2 connections to each pod (one until it is
+//!   full), driven through `h2` ([`h2_body`] says why), over corked
+//!   sockets (`nereid_cork`: one write per turn); [`request_body`] and
+//!   [`reply_body`]: bodies passed through without copying.
 //! - [`grpc_front`] (with [`grpc_answer`] and [`grpc_reply`]), [`http_front`],
-//!   [`admin_front`]: the three ports, served by [`listen`].
+//!   [`admin_front`]: the three ports, served by [`listen`] (with [`sniff`]
+//!   telling HTTP/1.1 from HTTP/2 on the HTTP port).
+//! - [`limits`]: everything a client can make the gateway hold, bounded,
+//!   and the flag each refusal names: [`cap`] (connections per port,
+//!   streams per connection), [`connection_clock`] (idle and header-read
+//!   timeouts), [`memory_budget`] (request bytes buffered at once).
 //! - [`metrics`]: `nereid_gateway_*` for Prometheus.
 
 pub mod admin_front;
 pub mod args;
+pub mod cap;
+pub mod connection_clock;
 pub mod discovery;
 pub mod forward;
 pub mod grpc_answer;
@@ -44,8 +51,10 @@ pub mod grpc_front;
 pub mod grpc_reply;
 pub mod h2_body;
 pub mod http_front;
+pub mod limits;
 pub mod listen;
 pub mod load;
+pub mod memory_budget;
 pub mod metrics;
 pub mod model_name;
 pub mod picker;
@@ -54,6 +63,7 @@ pub mod registry;
 pub mod reply_body;
 pub mod request_body;
 pub mod router;
+pub mod sniff;
 pub mod state;
 
 pub use load::{Ejection, EndpointLoad, InFlight};

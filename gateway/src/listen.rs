@@ -1,134 +1,141 @@
-//! Accepting connections on a port and serving each request: through a
-//! hyper handler, HTTP/1.1 and cleartext HTTP/2 (prior knowledge) on the
-//! same port ([`serve`]: REST and metrics), or over HTTP/2 driven through
-//! `h2` itself ([`serve_grpc`]: the gRPC port, see [`crate::h2_body`] for
-//! why).
+//! Accepting connections on a port and serving each request, within the
+//! gateway's connection limits ([`crate::limits`]): through a hyper handler,
+//! HTTP/1.1 and cleartext HTTP/2 (prior knowledge) on the same port
+//! ([`serve`]: REST and metrics, one connection in [`hyper_connection`]),
+//! or over HTTP/2 driven through `h2` itself ([`serve_grpc`]: the gRPC port,
+//! one connection in [`grpc_connection`]; see [`crate::h2_body`] for why).
+//!
+//! Every port takes at most `--max-connections` open connections; one more
+//! is closed as soon as it is accepted (so a client learns at once, rather
+//! than after a timeout, and the gateway holds nothing for it). Each
+//! connection then has `--handshake-timeout-secs` to say which protocol it
+//! speaks, and is kept within its idle and header-read timeouts
+//! ([`crate::connection_clock`]).
+
+mod grpc_connection;
+mod hyper_connection;
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::pin::pin;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::grpc_front;
+use crate::cap::Cap;
+use crate::limits::flag;
+use crate::metrics::Closed;
 use crate::reply_body::Reply;
 use crate::state::Gateway;
 
 /// Tensors are large: HTTP/2 windows that do not stall a 4 MiB request
-/// (the pods' connections use them too).
+/// (the pods' connections use them too). They also bound what a client
+/// streaming a body can make the gateway hold per connection.
 pub const STREAM_WINDOW: u32 = 4 << 20;
 pub const CONNECTION_WINDOW: u32 = 16 << 20;
+/// HTTP/2 streams one client connection may have open: the pods' own limit.
 const MAX_CONCURRENT_STREAMS: u32 = 1024;
+
+/// Which port a connection came to, for metrics and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Port {
+    Http,
+    Grpc,
+    Metrics,
+}
+
+impl Port {
+    pub fn label(self) -> &'static str {
+        match self {
+            Port::Http => "http",
+            Port::Grpc => "grpc",
+            Port::Metrics => "metrics",
+        }
+    }
+}
 
 /// Serves `listener` until `stop` is cancelled, then accepts no more
 /// connections, tells the open ones to close (HTTP/2 GOAWAY, HTTP/1.1
 /// `Connection: close`) and returns once their requests are answered. A
 /// failed connection is logged and leaves the others alone.
-pub async fn serve<H, F>(listener: TcpListener, gateway: Arc<Gateway>, handler: H, stop: CancellationToken)
+pub async fn serve<H, F>(listener: TcpListener, gateway: Arc<Gateway>, handler: H, port: Port, stop: CancellationToken)
 where
     H: Fn(Arc<Gateway>, Request<Incoming>) -> F + Copy + Send + Sync + 'static,
     F: Future<Output = Result<Response<Reply>, Infallible>> + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http2()
-        .initial_stream_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
-    let builder = Arc::new(builder);
-    let graceful = GracefulShutdown::new();
-    while let Some((stream, peer)) = accept(&listener, &stop).await {
-        let gateway = Arc::clone(&gateway);
-        let builder = Arc::clone(&builder);
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let service = service_fn(move |request| handler(Arc::clone(&gateway), request));
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(error) = watcher.watch(connection).await {
-                tracing::debug!(%peer, %error, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
+    let served = hyper_connection::Served {
+        gateway: Arc::clone(&gateway),
+        handler,
+        port,
+        stop: stop.clone(),
+    };
+    accept_all(listener, &gateway, port, &stop, |stream, peer| {
+        hyper_connection::serve(stream, peer, served.clone())
+    })
+    .await;
 }
 
 /// Serves the gRPC port until `stop` is cancelled, then, like [`serve`],
 /// accepts no more connections, sends the open ones GOAWAY and returns once
 /// their calls are answered.
 pub async fn serve_grpc(listener: TcpListener, gateway: Arc<Gateway>, stop: CancellationToken) {
+    accept_all(listener, &gateway, Port::Grpc, &stop, |stream, peer| {
+        grpc_connection::serve(stream, peer, Arc::clone(&gateway), stop.clone())
+    })
+    .await;
+}
+
+/// Accepts connections until `stop` is cancelled, each served by the
+/// future `connection` makes of it, on its own task, while the port has
+/// fewer than `--max-connections` open; then waits for them to end.
+async fn accept_all<C, S>(
+    listener: TcpListener,
+    gateway: &Gateway,
+    port: Port,
+    stop: &CancellationToken,
+    mut connection: C,
+) where
+    C: FnMut(TcpStream, SocketAddr) -> S,
+    S: Future<Output = ()> + Send + 'static,
+{
+    let cap = Cap::new(gateway.limits.max_connections);
     let mut connections = JoinSet::new();
-    while let Some((stream, peer)) = accept(&listener, &stop).await {
+    // When the last refusal was logged: at most one line a second.
+    let mut warned: Option<Instant> = None;
+    while let Some((stream, peer)) = accept(&listener, stop).await {
         // Reap the connections that ended, so the set holds open ones only.
         while connections.try_join_next().is_some() {}
-        connections.spawn(grpc_connection(stream, Arc::clone(&gateway), stop.clone(), peer));
+        let Some(slot) = cap.try_take() else {
+            gateway.metrics.connection_closed(port.label(), Closed::MaxConnections);
+            if warned.is_none_or(|at| at.elapsed() >= Duration::from_secs(1)) {
+                warned = Some(Instant::now());
+                tracing::warn!(
+                    %peer, port = port.label(), limit = cap.limit(),
+                    "closing connections over {} (nereid_gateway_connections_closed_total counts them)",
+                    flag::MAX_CONNECTIONS
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        let served = connection(stream, peer);
+        connections.spawn(async move {
+            served.await;
+            drop(slot);
+        });
     }
     drop(listener);
     while connections.join_next().await.is_some() {}
 }
 
-/// One client connection: each stream it opens is a call, served on its
-/// own task, while this one drives the connection.
-async fn grpc_connection(
-    stream: TcpStream,
-    gateway: Arc<Gateway>,
-    stop: CancellationToken,
-    peer: std::net::SocketAddr,
-) {
-    let (io, cork) = nereid_cork::cork(stream);
-    let handshake = h2::server::Builder::new()
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-        .handshake::<_, bytes::Bytes>(io);
-    let mut handshake = pin!(handshake);
-    let mut connection = tokio::select! {
-        handshake = cork.drive(&mut handshake) => match handshake {
-            Ok(connection) => connection,
-            Err(error) => {
-                tracing::debug!(%peer, %error, "HTTP/2 handshake failed");
-                return;
-            }
-        },
-        () = stop.cancelled() => return,
-    };
-    let mut closing = false;
-    loop {
-        let accepted = {
-            let mut next = pin!(connection.accept());
-            tokio::select! {
-                accepted = cork.drive(&mut next) => Some(accepted),
-                () = stop.cancelled(), if !closing => None,
-            }
-        };
-        match accepted {
-            None => {
-                connection.graceful_shutdown();
-                closing = true;
-            }
-            Some(Some(Ok((request, respond)))) => {
-                tokio::spawn(grpc_front::call(Arc::clone(&gateway), request, respond));
-            }
-            Some(Some(Err(error))) => {
-                tracing::debug!(%peer, %error, "connection ended with an error");
-                return;
-            }
-            Some(None) => return,
-        }
-    }
-}
-
 /// The next connection, or `None` once `stop` is cancelled.
-async fn accept(listener: &TcpListener, stop: &CancellationToken) -> Option<(TcpStream, std::net::SocketAddr)> {
+async fn accept(listener: &TcpListener, stop: &CancellationToken) -> Option<(TcpStream, SocketAddr)> {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -142,8 +149,16 @@ async fn accept(listener: &TcpListener, stop: &CancellationToken) -> Option<(Tcp
             Err(error) => {
                 // Out of file descriptors and the like: wait, then go on.
                 tracing::warn!(%error, "accepting a connection failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+/// Waits until `deadline`, or forever when there is none.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }

@@ -11,6 +11,8 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 use nereid_gateway::args::{Args, PickerKind};
 use nereid_gateway::forward::{Upstream, UpstreamOptions};
+use nereid_gateway::listen::Port;
+use nereid_gateway::memory_budget::MemoryBudget;
 use nereid_gateway::metrics::Metrics;
 use nereid_gateway::registry::Registry;
 use nereid_gateway::router::Router;
@@ -66,9 +68,11 @@ async fn run(args: Args) -> Result<()> {
         upstream: Upstream::new(UpstreamOptions {
             connect_timeout: args.connect_timeout_ms,
             attempts: args.attempts.max(1),
+            max_pod_connections: args.max_pod_connections,
         }),
         metrics: Metrics::new(),
-        max_body_bytes: args.max_body_bytes,
+        limits: args.limits(),
+        budget: MemoryBudget::new(args.max_in_flight_bytes),
         draining: AtomicBool::new(false),
     });
 
@@ -94,6 +98,7 @@ async fn run(args: Args) -> Result<()> {
         http = %http.local_addr()?, grpc = %grpc.local_addr()?, metrics = %admin.local_addr()?,
         picker = ?args.picker, "nereid-gateway listening"
     );
+    tracing::info!(limits = ?gateway.limits, max_pod_connections = args.max_pod_connections, "client limits");
     // The metrics port stops last: the probes and Prometheus see the drain.
     let (stop_fronts, stop_admin) = (CancellationToken::new(), CancellationToken::new());
     let fronts = [
@@ -101,6 +106,7 @@ async fn run(args: Args) -> Result<()> {
             http,
             Arc::clone(&gateway),
             http_front::serve,
+            Port::Http,
             stop_fronts.clone(),
         )),
         tokio::spawn(listen::serve_grpc(grpc, Arc::clone(&gateway), stop_fronts.clone())),
@@ -109,6 +115,7 @@ async fn run(args: Args) -> Result<()> {
         admin,
         Arc::clone(&gateway),
         admin_front::serve,
+        Port::Metrics,
         stop_admin.clone(),
     ));
 

@@ -1,11 +1,15 @@
 //! The gateway's Prometheus metrics, prefixed `nereid_gateway_`.
 //!
 //! Per model and endpoint: requests forwarded, attempts that failed and why,
-//! retries, and the latency the client saw; the load estimates the picker
-//! reads are set from the registry when scraped, so they cost nothing per
-//! request and never outlive an endpoint.
+//! retries, and the latency the client saw; per port, the client
+//! connections closed at one of the gateway's limits; the request bytes
+//! buffered now (the memory budget's use). The load estimates
+//! the picker reads are set from the registry when scraped, so they cost
+//! nothing per request and never outlive an endpoint.
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 use crate::Protocol;
 use crate::router::Router;
@@ -26,6 +30,9 @@ pub enum Failure {
     NotServing,
     /// The pod was reached and the exchange then broke.
     Upstream,
+    /// Refused at one of the gateway's limits (the memory budget, a cap on
+    /// streams) rather than for anything wrong with the request.
+    Overloaded,
 }
 
 impl Failure {
@@ -37,6 +44,32 @@ impl Failure {
             Failure::Connect => "connect",
             Failure::NotServing => "not_serving",
             Failure::Upstream => "upstream",
+            Failure::Overloaded => "overloaded",
+        }
+    }
+}
+
+/// Which limit made the gateway close a client connection
+/// ([`crate::limits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// `--max-connections`: closed as soon as accepted.
+    MaxConnections,
+    /// `--handshake-timeout-secs`.
+    HandshakeTimeout,
+    /// `--header-read-timeout-secs`.
+    HeaderReadTimeout,
+    /// `--idle-timeout-secs`.
+    IdleTimeout,
+}
+
+impl Closed {
+    fn label(self) -> &'static str {
+        match self {
+            Closed::MaxConnections => "max_connections",
+            Closed::HandshakeTimeout => "handshake_timeout",
+            Closed::HeaderReadTimeout => "header_read_timeout",
+            Closed::IdleTimeout => "idle_timeout",
         }
     }
 }
@@ -46,6 +79,8 @@ pub struct Metrics {
     requests: IntCounterVec,
     failures: IntCounterVec,
     retries: IntCounterVec,
+    connections_closed: IntCounterVec,
+    buffered_bytes: IntGauge,
     duration: HistogramVec,
     outstanding: IntGaugeVec,
     queue_depth: IntGaugeVec,
@@ -76,6 +111,19 @@ impl Metrics {
                 "Attempts made again on another endpoint after a pod could not be reached.",
             ),
             &["model"],
+        )
+        .expect(valid);
+        let connections_closed = IntCounterVec::new(
+            Opts::new(
+                "nereid_gateway_connections_closed_total",
+                "Client connections the gateway closed at one of its limits, by port and limit.",
+            ),
+            &["port", "limit"],
+        )
+        .expect(valid);
+        let buffered_bytes = IntGauge::new(
+            "nereid_gateway_buffered_request_bytes",
+            "Request body bytes the gateway holds now, all requests together (at most --max-in-flight-bytes).",
         )
         .expect(valid);
         let duration = HistogramVec::new(
@@ -110,6 +158,8 @@ impl Metrics {
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(failures.clone()),
             Box::new(retries.clone()),
+            Box::new(connections_closed.clone()),
+            Box::new(buffered_bytes.clone()),
             Box::new(duration.clone()),
             Box::new(outstanding.clone()),
             Box::new(queue_depth.clone()),
@@ -121,6 +171,8 @@ impl Metrics {
             requests,
             failures,
             retries,
+            connections_closed,
+            buffered_bytes,
             duration,
             outstanding,
             queue_depth,
@@ -141,13 +193,21 @@ impl Metrics {
         self.retries.with_label_values(&[model]).inc();
     }
 
+    /// A client connection on `port` closed at a limit.
+    pub fn connection_closed(&self, port: &str, why: Closed) {
+        self.connections_closed.with_label_values(&[port, why.label()]).inc();
+    }
+
     /// The histogram a request's latency goes to once its answer ends.
     pub fn duration(&self, model: &str, protocol: Protocol) -> prometheus::Histogram {
         self.duration.with_label_values(&[model, protocol.label()])
     }
 
-    /// The text exposition, with the load estimates read now.
-    pub fn render(&self, router: &Router) -> String {
+    /// The text exposition, with the load estimates and the request bytes
+    /// buffered (`buffered_bytes`) read now.
+    pub fn render(&self, router: &Router, buffered_bytes: usize) -> String {
+        self.buffered_bytes
+            .set(i64::try_from(buffered_bytes).unwrap_or(i64::MAX));
         self.outstanding.reset();
         self.queue_depth.reset();
         router.read(|registry| {

@@ -13,12 +13,53 @@ use thiserror::Error;
 /// What an HTTP path asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HttpRoute {
-    /// `/v2/models/{name}[/versions/{version}][/...]`.
-    Model { name: String, version: Option<String> },
+    /// `/v2/models/{name}[/versions/{version}][/{call}]`.
+    Model {
+        name: String,
+        version: Option<String>,
+        call: ModelCall,
+    },
     /// `/v2`, `/v2/health/...`: any ready pod can answer.
     Server,
     /// `/v2/repository/...`: the gateway's own answer.
     Repository,
+}
+
+/// The calls about one model that the HTTP port forwards: KServe v2's
+/// data plane and Triton's config, statistics and generate extensions,
+/// which are what the gRPC port forwards too (ModelMetadata, ModelReady,
+/// ModelConfig, ModelStatistics, ModelInfer; ModelStreamInfer there,
+/// generate_stream here). Anything else under a model (Triton's per-model
+/// trace settings) is refused, as the gRPC port refuses TraceSetting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelCall {
+    /// `/v2/models/{m}`.
+    Metadata,
+    Ready,
+    Config,
+    /// `/stats`.
+    Statistics,
+    Infer,
+    Generate,
+    GenerateStream,
+}
+
+impl ModelCall {
+    /// The call the path segments after the model (and its version) name,
+    /// matched exactly: no `.`, `..` or escaped segment reaches a pod as
+    /// something other than what was checked here.
+    fn from_segments(segments: &[&str]) -> Option<ModelCall> {
+        Some(match segments {
+            [] => ModelCall::Metadata,
+            ["ready"] => ModelCall::Ready,
+            ["config"] => ModelCall::Config,
+            ["stats"] => ModelCall::Statistics,
+            ["infer"] => ModelCall::Infer,
+            ["generate"] => ModelCall::Generate,
+            ["generate_stream"] => ModelCall::GenerateStream,
+            _ => return None,
+        })
+    }
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -29,11 +70,23 @@ pub enum PathError {
     NoModel(String),
     #[error("the model name in {0:?} is not valid percent-encoded UTF-8")]
     BadEncoding(String),
+    /// Triton's endpoints about one server's own state: trace and log
+    /// settings, shared memory (worded as the gRPC port words its refusal).
+    #[error("{0} is about one server; the gateway routes per request, so call a pod directly for it")]
+    OneServer(String),
+    #[error(
+        "no such endpoint: {0}; the gateway forwards a model's metadata, ready, config, stats, infer, \
+         generate and generate_stream"
+    )]
+    NotForwarded(String),
 }
 
 /// The route of `path` (the query already removed).
 pub fn from_http_path(path: &str) -> Result<HttpRoute, PathError> {
-    let Some(rest) = path.strip_prefix("/v2") else {
+    let Some(rest) = path
+        .strip_prefix("/v2")
+        .filter(|rest| rest.is_empty() || rest.starts_with('/'))
+    else {
         return Err(PathError::NotV2(path.to_string()));
     };
     let mut segments = rest.split('/').filter(|s| !s.is_empty());
@@ -43,13 +96,21 @@ pub fn from_http_path(path: &str) -> Result<HttpRoute, PathError> {
         Some("models") => {
             let name = segments.next().ok_or_else(|| PathError::NoModel(path.to_string()))?;
             let name = percent_decode(name).ok_or_else(|| PathError::BadEncoding(path.to_string()))?;
-            let version = match (segments.next(), segments.next()) {
-                (Some("versions"), Some(version)) => Some(version.to_string()),
-                _ => None,
+            let after: Vec<&str> = segments.collect();
+            let (version, call) = match after.as_slice() {
+                ["versions", version, call @ ..] => (Some(version.to_string()), call),
+                call => (None, call),
             };
-            Ok(HttpRoute::Model { name, version })
+            match ModelCall::from_segments(call) {
+                Some(call) => Ok(HttpRoute::Model { name, version, call }),
+                None if call == ["trace", "setting"] => Err(PathError::OneServer(path.to_string())),
+                None => Err(PathError::NotForwarded(path.to_string())),
+            }
         }
-        Some(_) => Err(PathError::NotV2(path.to_string())),
+        Some("trace" | "logging" | "systemsharedmemory" | "cudasharedmemory") => {
+            Err(PathError::OneServer(path.to_string()))
+        }
+        Some(_) => Err(PathError::NotForwarded(path.to_string())),
     }
 }
 
@@ -159,20 +220,27 @@ mod tests {
 
     #[test]
     fn http_paths() {
-        let model = |name: &str, version: Option<&str>| HttpRoute::Model {
+        let model = |name: &str, version: Option<&str>, call| HttpRoute::Model {
             name: name.into(),
             version: version.map(str::to_string),
+            call,
         };
-        assert_eq!(from_http_path("/v2/models/resnet/infer"), Ok(model("resnet", None)));
+        assert_eq!(
+            from_http_path("/v2/models/resnet/infer"),
+            Ok(model("resnet", None, ModelCall::Infer))
+        );
         assert_eq!(
             from_http_path("/v2/models/resnet/versions/3/infer"),
-            Ok(model("resnet", Some("3")))
+            Ok(model("resnet", Some("3"), ModelCall::Infer))
         );
         assert_eq!(
             from_http_path("/v2/models/ml%2Fresnet/ready"),
-            Ok(model("ml/resnet", None))
+            Ok(model("ml/resnet", None, ModelCall::Ready))
         );
-        assert_eq!(from_http_path("/v2/models/resnet"), Ok(model("resnet", None)));
+        assert_eq!(
+            from_http_path("/v2/models/resnet"),
+            Ok(model("resnet", None, ModelCall::Metadata))
+        );
         assert_eq!(from_http_path("/v2"), Ok(HttpRoute::Server));
         assert_eq!(from_http_path("/v2/health/ready"), Ok(HttpRoute::Server));
         assert_eq!(from_http_path("/v2/repository/index"), Ok(HttpRoute::Repository));
@@ -190,6 +258,62 @@ mod tests {
                     Err(PathError::BadEncoding(_))
                 ),
                 "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_data_plane_of_a_model_is_forwarded() {
+        let calls = [
+            ("", ModelCall::Metadata),
+            ("/ready", ModelCall::Ready),
+            ("/config", ModelCall::Config),
+            ("/stats", ModelCall::Statistics),
+            ("/infer", ModelCall::Infer),
+            ("/generate", ModelCall::Generate),
+            ("/generate_stream", ModelCall::GenerateStream),
+        ];
+        for (suffix, call) in calls {
+            for version in [None, Some("2")] {
+                let path = match version {
+                    Some(v) => format!("/v2/models/m/versions/{v}{suffix}"),
+                    None => format!("/v2/models/m{suffix}"),
+                };
+                let expected = HttpRoute::Model {
+                    name: "m".into(),
+                    version: version.map(str::to_string),
+                    call,
+                };
+                assert_eq!(from_http_path(&path), Ok(expected), "{path}");
+            }
+        }
+        // About one server: refused as the gRPC port refuses them.
+        for path in [
+            "/v2/models/m/trace/setting",
+            "/v2/models/m/versions/1/trace/setting",
+            "/v2/trace/setting",
+            "/v2/logging",
+            "/v2/systemsharedmemory/status",
+            "/v2/cudasharedmemory/region/r/register",
+        ] {
+            assert!(matches!(from_http_path(path), Err(PathError::OneServer(_))), "{path}");
+        }
+        // Anything else is no endpoint of the gateway's, however it is
+        // spelled: a pod never sees a path it could read otherwise.
+        for path in [
+            "/v2/models/m/trace",
+            "/v2/models/m/versions",
+            "/v2/models/m/infer/extra",
+            "/v2/models/m/infer/../trace/setting",
+            "/v2/models/m/./infer",
+            "/v2/models/m/%69nfer",
+            "/v2/models/m/versions/1/2/infer",
+            "/v2/models/m/load",
+            "/v2/anything",
+        ] {
+            assert!(
+                matches!(from_http_path(path), Err(PathError::NotForwarded(_))),
+                "{path}"
             );
         }
     }

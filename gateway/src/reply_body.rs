@@ -5,7 +5,9 @@
 //! A forwarded answer holds its request's [`InFlight`] count until the body
 //! is done or dropped (sent, or the client went away), so the endpoint's
 //! load estimate covers streams for their whole life, and it records the
-//! latency the client saw at that moment.
+//! latency the client saw at that moment. It holds its stream's
+//! [`StreamSlot`] as long, so that the pool knows how full the pod's
+//! connection is.
 //!
 //! hyper sends these on the HTTP port; the gRPC port sends them itself
 //! ([`crate::grpc_answer`]).
@@ -21,6 +23,7 @@ use prometheus::Histogram;
 
 use crate::h2_body::H2Body;
 use crate::load::InFlight;
+use crate::pool::StreamSlot;
 
 #[derive(Debug)]
 pub enum Reply {
@@ -35,15 +38,19 @@ pub enum Reply {
 #[derive(Debug)]
 pub struct Answer {
     pub body: H2Body,
+    // Before `_in_flight`, so dropped first: once the endpoint's
+    // outstanding count shows the answer gone, so is its stream's slot.
+    _slot: StreamSlot,
     _in_flight: InFlight,
     latency: Histogram,
     started: Instant,
 }
 
 impl Answer {
-    pub fn new(body: H2Body, in_flight: InFlight, latency: Histogram, started: Instant) -> Self {
+    pub fn new(body: H2Body, in_flight: InFlight, slot: StreamSlot, latency: Histogram, started: Instant) -> Self {
         Answer {
             body,
+            _slot: slot,
             _in_flight: in_flight,
             latency,
             started,

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use http::Response;
 
 use crate::forward::{Forward, ForwardError, Upstream};
+use crate::limits::Limits;
+use crate::memory_budget::{Charge, MemoryBudget};
 use crate::metrics::Metrics;
 use crate::reply_body::Reply;
 use crate::router::Router;
@@ -14,9 +16,10 @@ pub struct Gateway {
     pub router: Arc<Router>,
     pub upstream: Upstream,
     pub metrics: Metrics,
-    /// The largest request body read before forwarding (a streamed gRPC
-    /// body counts only up to its first message).
-    pub max_body_bytes: usize,
+    /// What clients can make the gateway hold ([`crate::limits`]).
+    pub limits: Limits,
+    /// The request bytes buffered at once (`--max-in-flight-bytes`).
+    pub budget: Arc<MemoryBudget>,
     /// Set on SIGTERM: /readyz fails so no new traffic comes, while the
     /// requests already sent are still served.
     pub draining: AtomicBool,
@@ -27,6 +30,12 @@ impl Gateway {
     /// the cluster's models and no shutdown has begun.
     pub fn ready(&self) -> bool {
         self.router.synced() && !self.draining.load(Ordering::Relaxed)
+    }
+
+    /// A new charge of nothing on the gateway's memory budget, for one
+    /// request's buffered bytes.
+    pub fn charge(&self) -> Charge {
+        Charge::new(&self.budget)
     }
 
     /// Sends a request to a pod of its model ([`Upstream::forward`]).

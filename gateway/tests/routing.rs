@@ -221,7 +221,9 @@ async fn a_terminated_gateway_answers_every_request_it_took() {
             tokio::spawn(async move { client.model_infer(request("identity", &[i as f32])).await })
         })
         .collect();
-    wait_for_metric(&gateway, "nereid_gateway_endpoint_outstanding_requests{", " 4").await;
+    gateway
+        .wait_for_metric("nereid_gateway_endpoint_outstanding_requests{", " 4")
+        .await;
 
     let readyz = format!("http://{}/readyz", gateway.metrics);
     assert_eq!(reqwest::get(&readyz).await.unwrap().status(), 200);
@@ -281,19 +283,6 @@ async fn a_stream_passes_each_message_through_as_it_comes() {
     assert!(matches!(end, Ok(None)), "the stream ends with the client's: {end:?}");
 
     assert_eq!(pod.inferences().await, 20);
-}
-
-/// Polls the gateway's metrics until a line starting with `series` ends
-/// with `value`.
-async fn wait_for_metric(gateway: &Gateway, series: &str, value: &str) {
-    for _ in 0..400 {
-        let metrics = gateway.metrics().await;
-        if metrics.lines().any(|l| l.starts_with(series) && l.ends_with(value)) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no {series}..{value} in\n{}", gateway.metrics().await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,8 +1,11 @@
 //! Real processes on loopback for the gateway's integration tests:
 //! nereid-server pods serving a builtin identity model, and the gateway in
-//! front of them with static endpoints.
+//! front of them with static endpoints; [`raw`]: clients that speak HTTP
+//! by hand.
 
 #![allow(dead_code)]
+
+pub mod raw;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -239,6 +242,19 @@ impl Gateway {
             .text()
             .await
             .unwrap()
+    }
+
+    /// Polls the gateway's metrics (for up to about 20 s) until a line
+    /// starting with `series` ends with `value`.
+    pub async fn wait_for_metric(&self, series: &str, value: &str) {
+        for _ in 0..400 {
+            let metrics = self.metrics().await;
+            if metrics.lines().any(|l| l.starts_with(series) && l.ends_with(value)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("no {series}..{value} in\n{}", self.metrics().await);
     }
 }
 
