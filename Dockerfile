@@ -15,11 +15,24 @@
 # The build stage runs scripts/build.sh, the same recipe as outside a
 # container.
 #
-#   docker build -t ghcr.io/nereid-dev/nereid:0.1.0 .
+#   docker build -t ghcr.io/nereid-dev/nereid:0.1.0 \
+#       --build-arg RUST_DIGEST=sha256:... --build-arg DEBIAN_DIGEST=sha256:... .
 #   docker run --rm -p 8000:8000 -p 8001:8001 -p 8002:8002 \
 #       -v "$PWD/examples/models:/models:ro" ghcr.io/nereid-dev/nereid:0.1.0
+#
+# Base images are pulled by digest when RUST_DIGEST and DEBIAN_DIGEST are
+# given: a tag can be pushed again (by the publisher or by whoever takes over
+# the name), a digest names exactly one image. Release builds must give both;
+# `docker buildx imagetools inspect rust:1.95-bookworm` (and
+# debian:bookworm-slim) prints the digest of the image list to pin. Without
+# them the tags alone are used, as before.
 
-FROM rust:1.95-bookworm AS build
+ARG RUST_IMAGE=rust:1.95-bookworm
+ARG RUST_DIGEST=
+ARG DEBIAN_IMAGE=debian:bookworm-slim
+ARG DEBIAN_DIGEST=
+
+FROM ${RUST_IMAGE}${RUST_DIGEST:+@${RUST_DIGEST}} AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # scripts/setup.sh builds a Python virtual environment; its onnxruntime wheel
@@ -40,7 +53,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/root/.cache/pip \
     scripts/build.sh /out
 
-FROM debian:bookworm-slim
+FROM ${DEBIAN_IMAGE}${DEBIAN_DIGEST:+@${DEBIAN_DIGEST}}
 
 # ca-certificates: object-storage fetches (S3, GCS, Azure) verify TLS against
 # the system roots. Unpinned for the reason given in the build stage.

@@ -10,6 +10,7 @@ use clap::Parser;
 use crate::autoscaling::scraper::ScrapeSettings;
 use crate::context::{Autoscaler, Gateway, OperatorConfig};
 use crate::external_metrics::ServeSettings;
+use crate::external_scaler::{self, TlsFiles, Transport};
 
 /// The Nereid Kubernetes operator.
 #[derive(Debug, Parser)]
@@ -84,10 +85,31 @@ pub struct AutoscalingArgs {
     #[arg(long, env = "NEREID_EXTERNAL_METRICS_KEY")]
     pub external_metrics_key: Option<PathBuf>,
 
-    /// Where KEDA's External Scaler gRPC service is served (plaintext);
-    /// not served when absent.
+    /// Where KEDA's External Scaler gRPC service is served; not served when
+    /// absent. Over TLS (--keda-scaler-cert and --keda-scaler-key), unless
+    /// --keda-scaler-plaintext says otherwise.
     #[arg(long, env = "NEREID_KEDA_SCALER_ADDRESS")]
     pub keda_scaler_address: Option<SocketAddr>,
+
+    /// The External Scaler service's certificate (PEM), for the name KEDA
+    /// dials (the Service's `<name>.<namespace>`).
+    #[arg(long, env = "NEREID_KEDA_SCALER_CERT", requires = "keda_scaler_key")]
+    pub keda_scaler_cert: Option<PathBuf>,
+
+    /// Its private key (PEM).
+    #[arg(long, env = "NEREID_KEDA_SCALER_KEY", requires = "keda_scaler_cert")]
+    pub keda_scaler_key: Option<PathBuf>,
+
+    /// Mutual TLS: the CA (PEM) that signed KEDA's client certificate; a
+    /// client without a certificate it signed is refused at the handshake.
+    #[arg(long, env = "NEREID_KEDA_SCALER_CLIENT_CA", requires = "keda_scaler_cert")]
+    pub keda_scaler_client_ca: Option<PathBuf>,
+
+    /// Serve the External Scaler service without TLS. Anyone who reaches its
+    /// port can then read the figures of every model in the operator's
+    /// namespaces: only where a NetworkPolicy (or a mesh) lets KEDA alone reach it.
+    #[arg(long, env = "NEREID_KEDA_SCALER_PLAINTEXT")]
+    pub keda_scaler_plaintext: bool,
 
     /// What spec.autoscaling becomes: an HPA on the operator's external
     /// metrics, or a KEDA ScaledObject (KEDA must be installed).
@@ -99,6 +121,13 @@ pub struct AutoscalingArgs {
     /// External Scaler service (`<service>.<namespace>:9090`).
     #[arg(long, env = "NEREID_KEDA_SCALER_SERVICE")]
     pub keda_scaler_service: Option<String>,
+
+    /// With `--autoscaler keda` and a TLS External Scaler service: the KEDA
+    /// ClusterTriggerAuthentication the ScaledObjects' triggers name, which
+    /// gives KEDA the CA to verify the service with (`caCert`) and, for
+    /// mutual TLS, its client certificate (`tlsClientCert`, `tlsClientKey`).
+    #[arg(long, env = "NEREID_KEDA_TRIGGER_AUTHENTICATION")]
+    pub keda_trigger_authentication: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -123,6 +152,40 @@ impl AutoscalingArgs {
             cert: self.external_metrics_cert.clone()?,
             key: self.external_metrics_key.clone()?,
         })
+    }
+
+    /// Where and how to serve KEDA's External Scaler service, when asked
+    /// to: over TLS, or in plaintext only when that is asked for explicitly.
+    pub fn keda_scaler(&self) -> Result<Option<external_scaler::ServeSettings>, String> {
+        let Some(address) = self.keda_scaler_address else {
+            return Ok(None);
+        };
+        let transport = match (
+            &self.keda_scaler_cert,
+            &self.keda_scaler_key,
+            self.keda_scaler_plaintext,
+        ) {
+            (Some(cert), Some(key), false) => Transport::Tls(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.keda_scaler_client_ca.clone(),
+            }),
+            (None, None, true) if self.keda_scaler_client_ca.is_none() => Transport::Plaintext,
+            (_, _, true) => {
+                return Err(
+                    "--keda-scaler-plaintext goes with no certificate, key or client CA: choose TLS or plaintext"
+                        .into(),
+                );
+            }
+            _ => {
+                return Err(
+                    "KEDA's External Scaler service needs --keda-scaler-cert and --keda-scaler-key \
+                            (TLS), or --keda-scaler-plaintext to serve it without TLS"
+                        .into(),
+                );
+            }
+        };
+        Ok(Some(external_scaler::ServeSettings { address, transport }))
     }
 }
 
@@ -161,6 +224,13 @@ impl Args {
         let autoscaler = match (self.autoscaling.autoscaler, &self.autoscaling.keda_scaler_service) {
             (AutoscalerKind::Keda, Some(address)) => Autoscaler::Keda {
                 scaler_address: address.clone(),
+                trigger_authentication: self
+                    .autoscaling
+                    .keda_trigger_authentication
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty())
+                    .map(str::to_string),
             },
             // clap refuses keda without the service address.
             _ => Autoscaler::Hpa,
@@ -290,8 +360,72 @@ mod tests {
         assert_eq!(
             args.operator_config().autoscaler,
             Autoscaler::Keda {
-                scaler_address: "op-keda.nereid-system:9090".into()
+                scaler_address: "op-keda.nereid-system:9090".into(),
+                trigger_authentication: None,
             }
         );
+        let args = parse(&[
+            "--autoscaler",
+            "keda",
+            "--keda-scaler-service",
+            "op-keda.nereid-system:9090",
+            "--keda-trigger-authentication",
+            "nereid-keda-scaler",
+        ]);
+        assert_eq!(
+            args.operator_config().autoscaler,
+            Autoscaler::Keda {
+                scaler_address: "op-keda.nereid-system:9090".into(),
+                trigger_authentication: Some("nereid-keda-scaler".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn the_keda_scaler_is_served_over_tls_unless_plaintext_is_asked_for() {
+        assert_eq!(parse(&[]).autoscaling.keda_scaler(), Ok(None));
+        let address = ["--keda-scaler-address", "0.0.0.0:9090"];
+        // An address alone is not enough: TLS or an explicit plaintext.
+        assert!(parse(&address).autoscaling.keda_scaler().is_err());
+
+        let tls = parse(&[
+            address[0],
+            address[1],
+            "--keda-scaler-cert",
+            "/tls/tls.crt",
+            "--keda-scaler-key",
+            "/tls/tls.key",
+            "--keda-scaler-client-ca",
+            "/tls/ca.crt",
+        ]);
+        let settings = tls.autoscaling.keda_scaler().unwrap().unwrap();
+        assert_eq!(settings.address, "0.0.0.0:9090".parse::<SocketAddr>().unwrap());
+        assert_eq!(
+            settings.transport,
+            Transport::Tls(TlsFiles {
+                cert: "/tls/tls.crt".into(),
+                key: "/tls/tls.key".into(),
+                client_ca: Some("/tls/ca.crt".into()),
+            })
+        );
+
+        let plaintext = parse(&[address[0], address[1], "--keda-scaler-plaintext"]);
+        assert_eq!(
+            plaintext.autoscaling.keda_scaler().unwrap().unwrap().transport,
+            Transport::Plaintext
+        );
+        let both = parse(&[
+            address[0],
+            address[1],
+            "--keda-scaler-plaintext",
+            "--keda-scaler-cert",
+            "/tls/tls.crt",
+            "--keda-scaler-key",
+            "/tls/tls.key",
+        ]);
+        assert!(both.autoscaling.keda_scaler().is_err());
+        // A certificate needs its key.
+        let half = [address[0], address[1], "--keda-scaler-cert", "/tls/tls.crt"];
+        assert!(Args::try_parse_from(std::iter::once("nereid-operator").chain(half)).is_err());
     }
 }

@@ -82,9 +82,12 @@ pub fn desired(model: &InferenceModel, config: &OperatorConfig) -> Desired {
         network_policy: network_policy::network_policy(model),
         autoscaler: match &config.autoscaler {
             Autoscaler::Hpa => AutoscalerObject::Hpa(hpa::hpa(model).map(Box::new)),
-            Autoscaler::Keda { scaler_address } => {
-                AutoscalerObject::Keda(scaled_object::scaled_object(model, scaler_address).map(Box::new))
-            }
+            Autoscaler::Keda {
+                scaler_address,
+                trigger_authentication,
+            } => AutoscalerObject::Keda(
+                scaled_object::scaled_object(model, scaler_address, trigger_authentication.as_deref()).map(Box::new),
+            ),
         },
         config_map,
     }

@@ -60,8 +60,13 @@ pub enum Autoscaler {
     #[default]
     Hpa,
     /// A KEDA ScaledObject whose external trigger calls the operator's
-    /// External Scaler service at this address (`host:port`, as KEDA dials it).
-    Keda { scaler_address: String },
+    /// External Scaler service at `scaler_address` (`host:port`, as KEDA
+    /// dials it), authenticated by the ClusterTriggerAuthentication
+    /// `trigger_authentication` when the service is served over TLS.
+    Keda {
+        scaler_address: String,
+        trigger_authentication: Option<String>,
+    },
 }
 
 impl Default for OperatorConfig {

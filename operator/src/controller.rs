@@ -5,9 +5,10 @@
 //!
 //! 1. validate the spec ([`validate`]); an invalid one gets a status that
 //!    says why and nothing is applied;
-//! 2. check that the credentials Secret and a `pvc://` claim exist (a
-//!    missing one is a status condition, not a reason to stop: the pods
-//!    start once it appears);
+//! 2. check that a `pvc://` claim exists (a missing one is a status
+//!    condition, not a reason to stop: the pods start once it appears); a
+//!    missing credentials Secret is seen on the pods instead, since the
+//!    operator never reads Secrets;
 //! 3. build the desired objects ([`crate::builders`], pure);
 //! 4. server-side apply each of them with one field manager ([`apply`]),
 //!    except an HPA when another autoscaler already scales the pods;
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, PersistentVolumeClaim, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -119,8 +120,10 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
         return Err(Error::InvalidSpec(problems));
     }
 
-    // 2. What the pods need: the credentials Secret and a pvc:// claim
-    // (metadata only: the operator never reads a Secret's data).
+    // 2. What the pods need: a pvc:// claim (metadata only). Not the
+    // credentials Secret: the operator has no right to read Secrets, and the
+    // pods report a missing one (`MissingSecret`, from the kubelet's own
+    // message), their watch bringing the reconcile back when it appears.
     let missing = missing_source(&ctx.client, &namespace, model).await?;
 
     // 3 and 4. Build and apply; never a second HPA over pods another one scales.
@@ -159,10 +162,8 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
 
     // 6. Report.
     write_status(ctx, model, model.status.as_ref(), &status, model_conditions).await?;
-    match missing {
-        Some(Missing::Secret(secret)) => return Err(Error::MissingSecret(secret)),
-        Some(Missing::Claim(claim)) => return Err(Error::MissingClaim(claim)),
-        None => {}
+    if let Some(Missing::Claim(claim)) = missing {
+        return Err(Error::MissingClaim(claim));
     }
     tracing::debug!(model = %name, %namespace, progressing, "reconciled");
     Ok(Action::requeue(if progressing {
@@ -172,19 +173,13 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
     }))
 }
 
-/// The credentials Secret or the pvc:// claim the model names, when it
-/// does not exist. Only metadata is read.
+/// The pvc:// claim the model names, when it does not exist. Only
+/// metadata is read.
 async fn missing_source(
     client: &kube::Client,
     namespace: &str,
     model: &InferenceModel,
 ) -> Result<Option<Missing>, Error> {
-    if let Some(secret) = &model.spec.source.credentials_secret {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        if secrets.get_metadata_opt(secret).await?.is_none() {
-            return Ok(Some(Missing::Secret(secret.clone())));
-        }
-    }
     if let Some((claim, _)) = deployment::pvc_source(&model.spec.source.uri) {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
         if claims.get_metadata_opt(claim).await?.is_none() {
@@ -356,9 +351,9 @@ pub async fn run(
 ///
 /// Owned objects are watched through their metadata only and filtered to the
 /// operator's label; pods are watched (by label) because their state changes
-/// are what the status reports. Secrets are never listed or watched: the
-/// operator only `get`s the metadata of the one a model names, and retries
-/// soon while it is missing ([`Error::requeue`]).
+/// are what the status reports. Secrets are never read, listed or watched:
+/// a missing credentials Secret shows on the pods, whose watch brings the
+/// controller back once the kubelet can start them.
 async fn run_in(ctx: Arc<Context>, namespace: Option<String>, stop: CancellationToken) {
     let client = ctx.client.clone();
     let scope = namespace.as_deref();

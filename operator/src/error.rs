@@ -1,6 +1,6 @@
 //! The operator's one error type, with a stable label and a retry policy per kind.
 //!
-//! Problems with the user's input (an invalid spec, a missing Secret) are
+//! Problems with the user's input (an invalid spec, a missing claim) are
 //! written into the InferenceModel's status first and then returned as
 //! errors, so that the operator's metrics count them and the controller
 //! backs off; they never crash-loop the operator.
@@ -16,9 +16,6 @@ pub enum Error {
     /// The spec breaks rules the API server could not enforce (see `status.conditions`).
     #[error("invalid spec: {}", .0.join("; "))]
     InvalidSpec(Vec<String>),
-    /// `spec.source.credentialsSecret` names a Secret that does not exist.
-    #[error("credentials Secret '{0}' not found")]
-    MissingSecret(String),
     /// A `pvc://` source names a PersistentVolumeClaim that does not exist.
     #[error("PersistentVolumeClaim '{0}' not found")]
     MissingClaim(String),
@@ -40,7 +37,6 @@ impl Error {
         match self {
             Error::Kube(_) => "kube",
             Error::InvalidSpec(_) => "invalid_spec",
-            Error::MissingSecret(_) => "missing_secret",
             Error::MissingClaim(_) => "missing_pvc",
             Error::Serialize { .. } => "serialize",
             Error::MissingField(_) => "missing_field",
@@ -50,15 +46,15 @@ impl Error {
     /// How long to wait before trying again.
     ///
     /// A spec problem only goes away when the spec changes, and a spec change
-    /// triggers a reconcile anyway, so those wait long. A missing Secret is
-    /// not watched (the operator may only `get` Secrets, never list or watch
-    /// them), so its check is retried soon: creating the Secret fixes the
+    /// triggers a reconcile anyway, so those wait long. A missing claim is
+    /// not watched (the operator only `get`s claims, never lists or watches
+    /// them), so its check is retried soon: creating the claim fixes the
     /// model within seconds. API trouble is usually brief:
     /// a conflict is retried at once-ish, overload and outages a little later.
     pub fn requeue(&self) -> Duration {
         match self {
             Error::InvalidSpec(_) | Error::Serialize { .. } | Error::MissingField(_) => Duration::from_secs(300),
-            Error::MissingSecret(_) | Error::MissingClaim(_) => Duration::from_secs(5),
+            Error::MissingClaim(_) => Duration::from_secs(5),
             Error::Kube(kube::Error::Api(status)) => match status.code {
                 409 => Duration::from_secs(5),
                 429 | 500..=599 => Duration::from_secs(15),
@@ -85,7 +81,6 @@ mod tests {
     fn kinds_are_stable_labels() {
         assert_eq!(api(500).kind(), "kube");
         assert_eq!(Error::InvalidSpec(vec![]).kind(), "invalid_spec");
-        assert_eq!(Error::MissingSecret("s".into()).kind(), "missing_secret");
         assert_eq!(Error::MissingClaim("c".into()).kind(), "missing_pvc");
         assert_eq!(Error::MissingField("namespace").kind(), "missing_field");
     }
@@ -96,7 +91,7 @@ mod tests {
         assert_eq!(api(409).requeue(), Duration::from_secs(5));
         assert_eq!(api(503).requeue(), Duration::from_secs(15));
         assert_eq!(api(403).requeue(), Duration::from_secs(30));
-        assert!(Error::MissingSecret("s".into()).requeue() <= Duration::from_secs(60));
+        assert!(Error::MissingClaim("c".into()).requeue() <= Duration::from_secs(60));
     }
 
     #[test]

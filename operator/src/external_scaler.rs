@@ -14,18 +14,34 @@
 //!       model: resnet            # default: the ScaledObject's name
 //!       metric: queueTimeMicros  # default; or the external metric name
 //!       target: "500"
+//!     authenticationRef:         # with TLS: caCert, and tlsClientCert and
+//!       kind: ClusterTriggerAuthentication   # tlsClientKey for mutual TLS
+//!       name: nereid-keda-scaler
 //! ```
 //!
 //! `IsActive` is true while the model has work (requests pending or
 //! inferences in the window). KEDA scales a model to zero on it; from zero no
 //! pod exists whose queue could be read, so waking a model up needs requests
 //! that wait somewhere the operator can see (the gateway's queue).
+//!
+//! Who is answered ([`scope`]): only triggers naming a namespace the
+//! operator watches (else PERMISSION_DENIED) and a model it serves there
+//! (else NOT_FOUND). How ([`tls`]): over TLS, with mutual TLS when a client
+//! CA is given so that only KEDA (holding a certificate that CA signed) can
+//! call; plaintext only when explicitly asked for
+//! (`--keda-scaler-plaintext`), since then anyone who reaches the port reads
+//! the figures of every model in scope.
+
+pub mod scope;
+pub mod tls;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use futures::Stream;
 use nereid_crds::AutoscalingMetric;
 use nereid_crds::validate::parse_quantity;
@@ -34,50 +50,115 @@ use nereid_proto::keda::{
     GetMetricSpecResponse, GetMetricsRequest, GetMetricsResponse, IsActiveResponse, MetricSpec, MetricValue,
     ScaledObjectRef,
 };
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use self::scope::Scope;
 use crate::autoscaling::figures::Figures;
 use crate::autoscaling::scraper::Board;
+
+/// Where and how the service is served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeSettings {
+    pub address: SocketAddr,
+    pub transport: Transport,
+}
+
+/// The service's transport.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// TLS with these files.
+    Tls(TlsFiles),
+    /// No TLS, asked for explicitly: anyone who reaches the port may call.
+    Plaintext,
+}
+
+/// The service's certificate and key, and for mutual TLS the CA its
+/// clients' certificates must be signed by (all PEM files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+/// Binds `settings.address` and serves `scaler` until `stop`.
+pub async fn start(
+    settings: ServeSettings,
+    scaler: Scaler,
+    stop: &CancellationToken,
+) -> anyhow::Result<JoinHandle<()>> {
+    let listener = TcpListener::bind(settings.address).await.with_context(|| {
+        format!(
+            "cannot listen on {} for KEDA's External Scaler service",
+            settings.address
+        )
+    })?;
+    serve_on(listener, settings.transport, scaler, stop)
+}
+
+/// Serves `scaler` on `listener` with `transport` until `stop`.
+pub fn serve_on(
+    listener: TcpListener,
+    transport: Transport,
+    scaler: Scaler,
+    stop: &CancellationToken,
+) -> anyhow::Result<JoinHandle<()>> {
+    let address = listener.local_addr()?;
+    let service = scaler.into_service();
+    match transport {
+        Transport::Tls(files) => {
+            let mutual = files.client_ca.is_some();
+            let config = tls::load(files, stop).context("KEDA's External Scaler service's certificate")?;
+            tracing::info!(%address, mutual, "serving KEDA's External Scaler protocol over TLS");
+            Ok(tokio::spawn(tls::serve(listener, config, service, stop.clone())))
+        }
+        Transport::Plaintext => {
+            tracing::warn!(
+                %address,
+                "serving KEDA's External Scaler protocol without TLS (--keda-scaler-plaintext): \
+                 anyone who reaches this port reads the figures of the models in scope"
+            );
+            let shutdown = stop.clone().cancelled_owned();
+            Ok(tokio::spawn(async move {
+                let served = tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                    .await;
+                if let Err(error) = served {
+                    tracing::error!(%error, "KEDA's External Scaler service stopped");
+                }
+            }))
+        }
+    }
+}
 
 /// The service over the scraper's board.
 pub struct Scaler {
     board: Arc<Board>,
     /// How often `StreamIsActive` looks again (the scrape interval).
     poll: Duration,
-}
-
-/// Binds `address` and serves the protocol over `board` until `stop`.
-pub async fn start(
-    address: SocketAddr,
-    board: Arc<Board>,
-    poll: Duration,
-    stop: &CancellationToken,
-) -> std::io::Result<JoinHandle<()>> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    tracing::info!(%address, "serving KEDA's External Scaler protocol");
-    let service = Scaler::new(board, poll).into_service();
-    let shutdown = stop.clone().cancelled_owned();
-    Ok(tokio::spawn(async move {
-        let served = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-            .await;
-        if let Err(error) = served {
-            tracing::error!(%error, "KEDA's External Scaler service stopped");
-        }
-    }))
+    /// Which namespaces and models it answers for.
+    scope: Scope,
 }
 
 impl Scaler {
-    pub fn new(board: Arc<Board>, poll: Duration) -> Self {
-        Scaler { board, poll }
+    pub fn new(board: Arc<Board>, poll: Duration, scope: Scope) -> Self {
+        Scaler { board, poll, scope }
     }
 
     pub fn into_service(self) -> ExternalScalerServer<Scaler> {
         ExternalScalerServer::new(self)
+    }
+
+    /// The trigger of `scaled`, when it is well formed and in scope.
+    fn trigger(&self, scaled: &ScaledObjectRef) -> Result<Trigger, Status> {
+        let trigger = Trigger::of(scaled)?;
+        self.scope.admit(&trigger.namespace, &trigger.model)?;
+        Ok(trigger)
     }
 }
 
@@ -155,7 +236,7 @@ fn active(figures: Option<&Figures>) -> bool {
 #[tonic::async_trait]
 impl ExternalScaler for Scaler {
     async fn is_active(&self, request: Request<ScaledObjectRef>) -> Result<Response<IsActiveResponse>, Status> {
-        let trigger = Trigger::of(request.get_ref())?;
+        let trigger = self.trigger(request.get_ref())?;
         let result = active(self.figures(&trigger).as_ref());
         Ok(Response::new(IsActiveResponse { result }))
     }
@@ -167,7 +248,7 @@ impl ExternalScaler for Scaler {
         &self,
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<Self::StreamIsActiveStream>, Status> {
-        let trigger = Trigger::of(request.get_ref())?;
+        let trigger = self.trigger(request.get_ref())?;
         let (board, poll) = (self.board.clone(), self.poll);
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         tokio::spawn(async move {
@@ -194,7 +275,7 @@ impl ExternalScaler for Scaler {
         request: Request<ScaledObjectRef>,
     ) -> Result<Response<GetMetricSpecResponse>, Status> {
         let scaled = request.get_ref();
-        let trigger = Trigger::of(scaled)?;
+        let trigger = self.trigger(scaled)?;
         let target = Trigger::target(scaled)?;
         Ok(Response::new(GetMetricSpecResponse {
             metric_specs: vec![MetricSpec {
@@ -211,7 +292,7 @@ impl ExternalScaler for Scaler {
             .scaled_object_ref
             .as_ref()
             .ok_or_else(|| Status::invalid_argument("no scaledObjectRef"))?;
-        let trigger = Trigger::of(scaled)?;
+        let trigger = self.trigger(scaled)?;
         let figures = self.figures(&trigger).ok_or_else(|| {
             Status::not_found(format!(
                 "no serving pods of model {:?} in namespace {:?}",

@@ -22,6 +22,7 @@
 //! - [`autoscaling`]: the serving pods' metrics, scraped and turned into per-model figures.
 //! - [`external_metrics`]: those figures as `external.metrics.k8s.io`, for the HPA controller.
 //! - [`external_scaler`]: the same figures as KEDA's External Scaler gRPC service.
+//! - [`pod_http`]: the HTTP client serving pods are called with (no redirects followed).
 //!
 //! Pure parts (builders, status, validation, event transitions) are tested on
 //! in-memory objects; the reconcile is tested against a mocked API server
@@ -39,4 +40,5 @@ pub mod external_scaler;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod pod_http;
 pub mod status;

@@ -12,6 +12,8 @@ use kube::runtime::events::{Recorder, Reporter};
 use nereid_operator::args::Args;
 use nereid_operator::autoscaling::scraper::{self, Board};
 use nereid_operator::context::Context;
+use nereid_operator::external_scaler::Scaler;
+use nereid_operator::external_scaler::scope::{Scope, Watched};
 use nereid_operator::leader::LeaderElector;
 use nereid_operator::metrics::Metrics;
 use nereid_operator::{controller, external_metrics, external_scaler, health};
@@ -35,6 +37,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<()> {
+    // Settings that cannot work fail before anything starts.
+    let keda_scaler = args.autoscaling.keda_scaler().map_err(anyhow::Error::msg)?;
     let client = Client::try_default()
         .await
         .context("no Kubernetes cluster found: set KUBECONFIG or run in a pod with a service account")?;
@@ -82,11 +86,14 @@ async fn run(args: Args) -> Result<()> {
         Some(settings) => Some(external_metrics::start(&client, settings, board.clone(), window_secs, &stop).await?),
         None => None,
     };
-    let keda_task = match args.autoscaling.keda_scaler_address {
-        Some(address) => {
+    let keda_task = match keda_scaler {
+        Some(settings) => {
+            // It answers for the models of the watched namespaces only.
+            let namespaces = args.watched_namespaces();
+            let models = Watched::start(&client, namespaces.as_deref(), &stop, Duration::from_secs(30)).await;
+            let scope = Scope::new(namespaces, Arc::new(models));
             let poll = args.autoscaling.scrape_settings().interval;
-            let started = external_scaler::start(address, board.clone(), poll, &stop).await;
-            Some(started.with_context(|| format!("cannot listen on {address} for KEDA's External Scaler service"))?)
+            Some(external_scaler::start(settings, Scaler::new(board.clone(), poll, scope), &stop).await?)
         }
         None => None,
     };

@@ -1,7 +1,8 @@
 //! An InferenceModel's status, derived from what the cluster shows.
 //!
 //! Pure functions: the owned Deployment, the model's pods, whether what
-//! its pods need exists (the credentials Secret, a pvc:// claim), the nodes'
+//! its pods need exists (a pvc:// claim; a missing Secret shows on the pods
+//! themselves, [`pods`]), the nodes'
 //! free GPUs when pods wait for them, and the time go in; an
 //! `InferenceModelStatus` comes out. Nothing here hopes: `Ready` is True only when every wanted
 //! replica is ready (its readiness probe is the model's own ready endpoint)
@@ -59,11 +60,14 @@ pub struct Observed<'a> {
     pub gpus: Option<&'a GpuCapacity>,
 }
 
-/// What a model's pods need that the cluster does not have.
+/// What a model's pods need that the cluster does not have, as the
+/// controller finds out before the pods do.
+///
+/// Secrets are not here: the operator never reads them (not even their
+/// metadata), and the kubelet reports a missing one on the pods, which
+/// [`pods::diagnose`] turns into `MissingSecret`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Missing {
-    /// The Secret of `spec.source.credentialsSecret`.
-    Secret(String),
     /// The PersistentVolumeClaim of a `pvc://` source.
     Claim(String),
 }
@@ -72,10 +76,6 @@ impl Missing {
     /// The condition reason and message it deserves.
     fn finding(&self, namespace: &str) -> Finding {
         let (reason, message) = match self {
-            Missing::Secret(secret) => (
-                reason::MISSING_SECRET,
-                format!("Secret '{secret}' (spec.source.credentialsSecret) does not exist in namespace '{namespace}'"),
-            ),
             Missing::Claim(claim) => (
                 reason::MISSING_PVC,
                 format!(

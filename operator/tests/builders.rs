@@ -240,13 +240,25 @@ fn the_repository_api_is_on_only_behind_the_secrets_header() {
     assert_eq!(args[mode + 1], "explicit");
     let load = args.iter().position(|a| a == "--load-model").unwrap();
     assert_eq!(args[load + 1], "resnet");
-    let restriction = "model-repository:nereid-repository-key=$(NEREID_REPOSITORY_API_KEY)";
+    // The arguments name the variable that holds the key: the key itself
+    // (a `$(VAR)` the kubelet would expand) is never on the command line.
+    let restriction = "model-repository:nereid-repository-key=NEREID_REPOSITORY_API_KEY";
     assert!(
-        args.contains(&format!("--http-restricted-api={restriction}")),
+        args.contains(&format!("--http-restricted-api-from-env={restriction}")),
         "{args:?}"
     );
     assert!(
-        args.contains(&format!("--grpc-restricted-protocol={restriction}")),
+        args.contains(&format!("--grpc-restricted-protocol-from-env={restriction}")),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.contains("$(")),
+        "nothing for the kubelet to expand: {args:?}"
+    );
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--http-restricted-api=") || a.starts_with("--grpc-restricted-protocol=")),
         "{args:?}"
     );
     // The pod spec names the Secret; the value never appears in it.
@@ -391,7 +403,7 @@ fn the_image_is_the_operators_default_unless_the_spec_names_one() {
 }
 
 #[test]
-fn env_and_the_credentials_secret_reach_the_containers() {
+fn the_credentials_secret_reaches_the_fetch_container_only() {
     let mut m = model();
     m.spec.source.credentials_secret = Some("s3-creds".into());
     let env = EnvVar {
@@ -401,15 +413,28 @@ fn env_and_the_credentials_secret_reach_the_containers() {
     };
     m.spec.server = Some(ServerSpec {
         env: vec![env.clone()],
+        sidecars: vec![Container {
+            name: "log-shipper".into(),
+            ..Container::default()
+        }],
         ..ServerSpec::default()
     });
     let d = deployment_of(&m);
-    for c in [server(&d), fetch(&d)] {
-        let from = c.env_from.clone().unwrap();
-        assert_eq!(from.len(), 1, "{}", c.name);
-        let secret = from[0].secret_ref.clone().unwrap();
-        assert_eq!(secret.name, "s3-creds");
-        assert_eq!(secret.optional, Some(false));
+    let from = fetch(&d).env_from.clone().unwrap();
+    assert_eq!(from.len(), 1);
+    let secret = from[0].secret_ref.clone().unwrap();
+    assert_eq!(secret.name, "s3-creds");
+    assert_eq!(secret.optional, Some(false));
+    // The server reads /models, never object storage: no credentials there,
+    // nor in any other long-running container of the pod.
+    for c in &pod_spec(&d).containers {
+        assert_eq!(c.env_from, None, "{} gets no storage credentials", c.name);
+        let from_secret = c.env.iter().flatten().any(|e| {
+            e.value_from
+                .as_ref()
+                .is_some_and(|v| v.secret_key_ref.as_ref().is_some_and(|r| r.name == "s3-creds"))
+        });
+        assert!(!from_secret, "{} reads nothing of s3-creds", c.name);
     }
     assert_eq!(server(&d).env, Some(vec![env]));
     let fetch_env: BTreeMap<_, _> = fetch(&d)

@@ -1,6 +1,6 @@
 //! The reconcile against a mocked API server: the exact requests it makes,
-//! in order, for the create, update, invalid-spec, missing-Secret and
-//! API-error paths. Each test is bounded by timeouts, so a missing or extra
+//! in order, for the create, update, invalid-spec, missing-Secret (never a
+//! Secret request: the pods tell) and API-error paths. Each test is bounded by timeouts, so a missing or extra
 //! request fails the test instead of hanging it.
 
 mod support;
@@ -170,27 +170,6 @@ impl ApiServer {
             "items": pods,
         });
         respond(send, StatusCode::OK, &list);
-    }
-
-    async fn expect_secret(&mut self, name: &str, exists: bool) {
-        let (request, send) = self.next("the Secret lookup").await;
-        assert_eq!(request.method(), Method::GET);
-        assert_eq!(request.uri().path(), format!("/api/v1/namespaces/ml/secrets/{name}"));
-        let accept = request.headers()["accept"].to_str().unwrap().to_string();
-        assert!(
-            accept.contains("as=PartialObjectMetadata"),
-            "only metadata is read: {accept}"
-        );
-        if exists {
-            let meta = json!({
-                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
-                "metadata": { "name": name, "namespace": "ml" },
-            });
-            respond(send, StatusCode::OK, &meta);
-        } else {
-            let message = format!("secrets \"{name}\" not found");
-            respond(send, StatusCode::NOT_FOUND, &status_body(404, "NotFound", &message));
-        }
     }
 
     /// Expects a metadata-only GET of the claim `name`; answers that it exists or not.
@@ -467,47 +446,46 @@ async fn a_missing_claim_is_missing_pvc_and_retried_soon() {
 }
 
 #[tokio::test]
-async fn a_missing_secret_is_a_condition_and_the_objects_still_apply() {
+async fn a_missing_secret_is_read_from_the_pods_and_the_objects_still_apply() {
     let mut m = model();
     m.spec.source.credentials_secret = Some("s3-creds".into());
     let pending = deployment(&m, 1, 1, 0);
-    let (result, ctx) = run(m.clone(), |mut api| async move {
-        api.expect_secret("s3-creds", false).await;
+    let (result, _) = run(m, |mut api| async move {
+        // No Secret is looked up: the first request is the first apply.
         let [_, deployment, _, _] = api.expect_objects(&pending).await;
-        let env_from = &deployment["spec"]["template"]["spec"]["containers"][0]["envFrom"][0];
-        assert_eq!(env_from["secretRef"]["name"], "s3-creds");
-        api.expect_list_pods(&[]).await;
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["initContainers"][0]["envFrom"][0]["secretRef"]["name"], "s3-creds");
+        assert!(
+            pod["containers"][0]["envFrom"].is_null(),
+            "the server gets no credentials"
+        );
+        api.expect_list_pods(&[missing_secret_pod("resnet-abc", r#"secret "s3-creds" not found"#)])
+            .await;
         let status = api.expect_status().await;
         let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
         assert_eq!(
             (degraded.status.as_str(), degraded.reason.as_str()),
             ("True", "MissingSecret")
         );
+        assert!(degraded.message.contains("'s3-creds'"), "{}", degraded.message);
         assert_eq!(api.expect_events(1).await, ["MissingSecret"]);
         api
     })
     .await;
-    let error = result.unwrap_err();
-    assert!(
-        matches!(&error, Error::MissingSecret(name) if name == "s3-creds"),
-        "{error}"
-    );
-    // Secrets are not watched: the check is retried soon.
-    assert_eq!(
-        error_policy(Arc::new(m), &error, ctx),
-        Action::requeue(Duration::from_secs(5))
-    );
+    // The pods' watch brings the controller back once the kubelet can start
+    // them; meanwhile the rollout is in progress, looked at again soon.
+    assert_eq!(result.unwrap(), Action::requeue(Duration::from_secs(10)));
 }
 
 #[tokio::test]
-async fn an_existing_secret_is_checked_by_metadata_only() {
+async fn a_model_with_a_credentials_secret_reads_no_secret() {
     let mut m = model();
     m.spec.source.credentials_secret = Some("s3-creds".into());
     let serving = deployment(&m, 1, 1, 1);
     let pods = vec![ready_pod("a")];
     m.status = Some(status_of(&m, &serving, &pods, at(0)));
     let (result, _) = run(m, |mut api| async move {
-        api.expect_secret("s3-creds", true).await;
+        // Every request is checked by path: a Secret GET here would fail the test.
         api.expect_objects(&serving).await;
         api.expect_list_pods(&pods).await;
         api

@@ -381,15 +381,51 @@ fn a_failed_fetch_is_a_failed_load() {
 }
 
 #[test]
-fn a_missing_secret_degrades_the_model() {
+fn a_missing_secret_is_read_from_the_pods() {
     let mut m = model();
     m.spec.source.credentials_secret = Some("s3-creds".into());
-    let d = support::deployment(&m, 1, 1, 0);
-    let s = observe(&m, &d, &[], Some(&Missing::Secret("s3-creds".into())), at(100));
+    // The kubelet's two wordings: its Secret manager's, and the API server's.
+    for said in [r#"secret "s3-creds" not found"#, r#"secrets "s3-creds" not found"#] {
+        let s = derive(&m, Some((1, 1, 0)), &[missing_secret_pod("a", said)]);
+        assert_eq!(state(&s, "Degraded"), is("True", "MissingSecret"), "{said}");
+        assert_eq!(state(&s, "Ready"), is("False", "MissingSecret"));
+        // Nothing was fetched, so nothing failed to load.
+        assert_eq!(state(&s, "ModelLoaded"), is("False", "Loading"));
+        let message = &condition(&s, "Degraded").message;
+        assert!(message.starts_with("pod a: container model-fetch:"), "{message}");
+        assert!(message.contains("Secret 's3-creds' does not exist"), "{message}");
+        assert_eq!(s.reason.as_deref(), Some("MissingSecret"));
+        assert_eq!(s.last_failure.unwrap().reason, "MissingSecret");
+    }
+}
+
+#[test]
+fn a_missing_repository_key_secret_is_a_missing_secret_too() {
+    let m = model();
+    let p = pod(
+        "a",
+        container(
+            "nereid-server",
+            waiting("CreateContainerConfigError", r#"secret "admin" not found"#),
+            false,
+            false,
+        ),
+    );
+    let s = derive(&m, Some((1, 1, 0)), &[p]);
     assert_eq!(state(&s, "Degraded"), is("True", "MissingSecret"));
-    assert_eq!(state(&s, "Ready"), is("False", "MissingSecret"));
-    assert!(condition(&s, "Degraded").message.contains("'s3-creds'"));
-    assert_eq!(s.last_failure.unwrap().reason, "MissingSecret");
+    assert!(condition(&s, "Degraded").message.contains("Secret 'admin'"));
+}
+
+#[test]
+fn a_missing_secret_outranks_a_crash_loop() {
+    let mut m = model();
+    m.spec.replicas = Some(2);
+    let pods = [
+        crash_looping_pod("a", "boom"),
+        missing_secret_pod("b", r#"secret "s3-creds" not found"#),
+    ];
+    let s = derive(&m, Some((2, 2, 0)), &pods);
+    assert_eq!(state(&s, "Degraded"), is("True", "MissingSecret"));
 }
 
 #[test]

@@ -70,14 +70,34 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
-{{/* The operator image, "<repository>:<tag or appVersion>". */}}
+{{/*
+An image reference, "<repository>:<tag or appVersion>", and "@<digest>" when
+a digest is given: the runtime then pulls exactly that image, whatever the
+tag points at now (the tag stays for people reading the manifest).
+Called with (list <image values> <context>).
+*/}}
+{{- define "nereid.imageRef" -}}
+{{- $image := index . 0 }}{{- $root := index . 1 }}
+{{- $ref := printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) }}
+{{- with $image.digest }}
+{{- $ref = printf "%s@%s" $ref . }}
+{{- end }}
+{{- $ref }}
+{{- end }}
+
+{{/* The operator image. */}}
 {{- define "nereid.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- include "nereid.imageRef" (list .Values.image .) }}
 {{- end }}
 
 {{/* The default serving image handed to the operator (NEREID_SERVER_IMAGE). */}}
 {{- define "nereid.serverImage" -}}
-{{- printf "%s:%s" .Values.serverImage.repository (default .Chart.AppVersion .Values.serverImage.tag) }}
+{{- include "nereid.imageRef" (list .Values.serverImage .) }}
+{{- end }}
+
+{{/* "true" when KEDA's External Scaler service is served over TLS, else empty. */}}
+{{- define "nereid.kedaTls" -}}
+{{- if and .Values.keda.enabled (not .Values.keda.plaintext) }}true{{ end }}
 {{- end }}
 
 {{/*
@@ -90,6 +110,17 @@ the Deployment, which every install renders.
 {{- end }}
 {{- if and (eq .Values.autoscaling.autoscaler "keda") (not .Values.keda.enabled) }}
 {{- fail "autoscaling.autoscaler is keda but keda.enabled is false: KEDA's triggers would call an External Scaler service that is not served. Set keda.enabled=true." }}
+{{- end }}
+{{- if .Values.keda.enabled }}
+{{- if and .Values.keda.plaintext .Values.keda.tls.secretName }}
+{{- fail "keda.plaintext is true but keda.tls.secretName is set: serve the External Scaler service over TLS or in plaintext, not both." }}
+{{- end }}
+{{- if and (not .Values.keda.plaintext) (not .Values.keda.tls.secretName) }}
+{{- fail "keda.enabled needs keda.tls.secretName (a kubernetes.io/tls Secret for the External Scaler service), or keda.plaintext=true to serve it without TLS, readable by anyone who reaches it." }}
+{{- end }}
+{{- if and (eq .Values.autoscaling.autoscaler "keda") (not .Values.keda.plaintext) (not .Values.keda.triggerAuthentication) }}
+{{- fail "autoscaling.autoscaler is keda with a TLS External Scaler service: set keda.triggerAuthentication to the ClusterTriggerAuthentication that gives KEDA the service's CA (and its client certificate with keda.tls.mutual)." }}
+{{- end }}
 {{- end }}
 {{- end }}
 

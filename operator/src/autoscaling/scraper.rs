@@ -71,7 +71,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
-    let http = match reqwest::Client::builder().timeout(settings.timeout).build() {
+    let http = match crate::pod_http::client(settings.timeout) {
         Ok(http) => http,
         Err(error) => {
             tracing::error!(%error, "cannot build the HTTP client that scrapes the serving pods");
@@ -272,11 +272,9 @@ mod tests {
         format!("http://{address}/metrics")
     }
 
+    /// The client the scraper uses, with a short timeout.
     fn client() -> reqwest::Client {
-        reqwest::Client::builder()
-            .timeout(Duration::from_millis(300))
-            .build()
-            .unwrap()
+        crate::pod_http::client(Duration::from_millis(300)).unwrap()
     }
 
     #[tokio::test]
@@ -297,6 +295,21 @@ mod tests {
         // A pod that never answers: the client's timeout ends the wait.
         let error = fetch(&client(), &server(None).await).await.unwrap_err();
         assert!(matches!(error, ScrapeError::Http(_)), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed() {
+        // Where a pod would send the scraper: it must never be asked.
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = format!("http://{}/metrics", elsewhere.local_addr().unwrap());
+        let redirect = format!("HTTP/1.1 302 Found\r\nlocation: {target}\r\ncontent-length: 0\r\n\r\n");
+        let error = fetch(&client(), &server(Some(redirect)).await).await.unwrap_err();
+        assert!(
+            matches!(error, ScrapeError::Status(status) if status == reqwest::StatusCode::FOUND),
+            "{error}"
+        );
+        let asked = tokio::time::timeout(Duration::from_millis(200), elsewhere.accept()).await;
+        assert!(asked.is_err(), "the redirect's target was called");
     }
 
     #[test]

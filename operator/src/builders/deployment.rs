@@ -7,10 +7,12 @@
 //! `spec.source.uri` into `/models/<model>/` before the server starts, so
 //! the model is served under the InferenceModel's own name whatever its
 //! folder is called at the source. It gets the URI and the credentials
-//! Secret as environment:
+//! Secret as environment; only it does: the server reads `/models` and never
+//! object storage, so the serving container (and any sidecar) holds no
+//! storage credentials:
 //!
 //! - `s3://`, `gs://`, `as://`: `nereid-fetch` downloads the folder, with the
-//!   same object-storage code and environment credentials as the server;
+//!   same object-storage code as the server and the Secret's credentials;
 //! - `pvc://claim/path`: the claim is mounted read-only at `/source` (the
 //!   path as its subPath) and copied in;
 //! - `http(s)://`: not supported yet; it exits with a clear message, so the
@@ -34,7 +36,11 @@
 //! system (an emptyDir at /tmp), the runtime's default seccomp profile. The
 //! server runs in model control mode `none`: it loads the one model at start
 //! and the repository API cannot unload it, unless `spec.server.repositoryApi`
-//! turns the API on behind a header whose value comes from a Secret.
+//! turns the API on behind a header whose value comes from a Secret. That
+//! value reaches the server as an environment variable (a `secretKeyRef`),
+//! and the server's arguments name only the variable
+//! (`--http-restricted-api-from-env`), so the key is neither in the pod spec
+//! nor in the process's command line, which every process of the node may read.
 
 use std::collections::BTreeMap;
 
@@ -90,6 +96,11 @@ pub const RUN_AS: i64 = 65532;
 pub const DEFAULT_REPOSITORY_HEADER: &str = "nereid-repository-key";
 /// The server's environment variable holding that header's value (from the Secret).
 pub const REPOSITORY_KEY_ENV: &str = "NEREID_REPOSITORY_API_KEY";
+/// nereid-server's flags that restrict API groups (HTTP) and protocols
+/// (gRPC) to a header whose value is read from the environment variable the
+/// flag names: `<groups>:<header>=<VARIABLE>`.
+pub const HTTP_RESTRICTED_FROM_ENV_FLAG: &str = "--http-restricted-api-from-env";
+pub const GRPC_RESTRICTED_FROM_ENV_FLAG: &str = "--grpc-restricted-protocol-from-env";
 
 /// Seconds the server drains in-flight requests after SIGTERM (`--exit-timeout-secs`).
 pub const EXIT_TIMEOUT_SECS: i64 = 30;
@@ -198,19 +209,6 @@ impl Repository {
             written: false,
             patches: vec![(name, config_map::CONFIG_KEY.into())],
         }
-    }
-
-    /// The credentials Secrets the fetched sources name, each once.
-    fn secrets(&self) -> Vec<&str> {
-        let mut secrets: Vec<&str> = Vec::new();
-        for fetched in &self.fetched {
-            if let Some(secret) = fetched.source.credentials_secret.as_deref()
-                && !secrets.contains(&secret)
-            {
-                secrets.push(secret);
-            }
-        }
-        secrets
     }
 }
 
@@ -325,16 +323,18 @@ fn server_container<S: Served>(model: &S, repository: &Repository, image: &str, 
         None => args.extend(["--model-control-mode".to_string(), "none".to_string()]),
         Some(api) => {
             let header = api.header.as_deref().unwrap_or(DEFAULT_REPOSITORY_HEADER);
-            // The kubelet expands $(VAR) from the container's environment,
-            // so the pod spec holds a reference to the Secret, never its value.
-            let restriction = format!("model-repository:{header}=$({REPOSITORY_KEY_ENV})");
+            // The pod spec holds a reference to the Secret, never its value,
+            // and the arguments only the variable's name: a `$(VAR)` the
+            // kubelet expanded would put the key on the command line, which
+            // any process on the node can read in /proc.
+            let restriction = format!("model-repository:{header}={REPOSITORY_KEY_ENV}");
             args.extend([
                 "--model-control-mode".to_string(),
                 "explicit".to_string(),
                 "--load-model".to_string(),
                 name.clone(),
-                format!("--http-restricted-api={restriction}"),
-                format!("--grpc-restricted-protocol={restriction}"),
+                format!("{HTTP_RESTRICTED_FROM_ENV_FLAG}={restriction}"),
+                format!("{GRPC_RESTRICTED_FROM_ENV_FLAG}={restriction}"),
             ]);
             env.push(EnvVar {
                 name: REPOSITORY_KEY_ENV.into(),
@@ -416,7 +416,8 @@ fn server_container<S: Served>(model: &S, repository: &Repository, image: &str, 
         command: Some(vec!["nereid-server".into()]),
         args: Some(args),
         env: (!env.is_empty()).then_some(env),
-        env_from: credentials(&repository.secrets()),
+        // No storage credentials: the init containers fetched the models.
+        env_from: None,
         ports: Some(vec![
             port(service::HTTP, ports.http),
             port(service::GRPC, ports.grpc),

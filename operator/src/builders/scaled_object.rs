@@ -1,7 +1,9 @@
 //! The KEDA ScaledObject of an InferenceModel (or ModelEnsemble), when the operator runs with
 //! `--autoscaler keda` and the spec asks for autoscaling: KEDA then makes and
 //! drives the HPA, calling the operator's External Scaler service
-//! ([`crate::external_scaler`]) for the metric.
+//! ([`crate::external_scaler`]) for the metric. When that service is served
+//! over TLS, the trigger names the ClusterTriggerAuthentication that gives
+//! KEDA the CA (and, for mutual TLS, its client certificate).
 //!
 //! Built as a dynamic object: KEDA's types are not a dependency, and its CRD
 //! need not exist unless this mode is chosen.
@@ -19,7 +21,12 @@ pub fn api_resource() -> ApiResource {
 }
 
 /// The ScaledObject, named like the model; `None` without `spec.autoscaling`.
-pub fn scaled_object<S: Served>(model: &S, scaler_address: &str) -> Option<DynamicObject> {
+/// `authentication` names a ClusterTriggerAuthentication for the trigger.
+pub fn scaled_object<S: Served>(
+    model: &S,
+    scaler_address: &str,
+    authentication: Option<&str>,
+) -> Option<DynamicObject> {
     let autoscaling = model.autoscaling()?;
     let metric_type = match autoscaling.metric.target_kind() {
         TargetKind::Value => "Value",
@@ -44,6 +51,9 @@ pub fn scaled_object<S: Served>(model: &S, scaler_address: &str) -> Option<Dynam
             },
         }],
     });
+    if let Some(name) = authentication {
+        spec["triggers"][0]["authenticationRef"] = json!({"kind": "ClusterTriggerAuthentication", "name": name});
+    }
     if let Some(behavior) = &autoscaling.behavior {
         spec["advanced"] = json!({"horizontalPodAutoscalerConfig": {"behavior": behavior}});
     }
@@ -79,7 +89,12 @@ mod tests {
 
     #[test]
     fn an_external_trigger_on_the_operators_scaler() {
-        let object = scaled_object(&model(AutoscalingMetric::QueueTimeMicros), "op-keda.nereid-system:9090").unwrap();
+        let object = scaled_object(
+            &model(AutoscalingMetric::QueueTimeMicros),
+            "op-keda.nereid-system:9090",
+            None,
+        )
+        .unwrap();
         assert_eq!(object.types.as_ref().unwrap().api_version, "keda.sh/v1alpha1");
         assert_eq!(object.types.as_ref().unwrap().kind, "ScaledObject");
         assert_eq!(object.metadata.name.as_deref(), Some("resnet"));
@@ -98,12 +113,35 @@ mod tests {
         assert_eq!(trigger["metadata"]["model"], "resnet");
         assert_eq!(trigger["metadata"]["metric"], "nereid_queue_time_microseconds");
         assert_eq!(trigger["metadata"]["target"], "500");
+        assert!(
+            trigger["authenticationRef"].is_null(),
+            "plaintext: nothing to authenticate with"
+        );
         assert!(spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"].is_object());
     }
 
     #[test]
+    fn over_tls_the_trigger_names_its_cluster_trigger_authentication() {
+        let object = scaled_object(
+            &model(AutoscalingMetric::QueueTimeMicros),
+            "op-keda.nereid-system:9090",
+            Some("nereid-keda-scaler"),
+        )
+        .unwrap();
+        let reference = &object.data["spec"]["triggers"][0]["authenticationRef"];
+        assert_eq!(reference["kind"], "ClusterTriggerAuthentication");
+        assert_eq!(reference["name"], "nereid-keda-scaler");
+        // KEDA sends the trigger's metadata to the scaler: no secret there.
+        let metadata = object.data["spec"]["triggers"][0]["metadata"].as_object().unwrap();
+        assert!(
+            metadata.keys().all(|k| !k.starts_with("tls") && k != "caCert"),
+            "{metadata:?}"
+        );
+    }
+
+    #[test]
     fn totals_are_average_values() {
-        let object = scaled_object(&model(AutoscalingMetric::PendingRequests), "a:1").unwrap();
+        let object = scaled_object(&model(AutoscalingMetric::PendingRequests), "a:1", None).unwrap();
         assert_eq!(object.data["spec"]["triggers"][0]["metricType"], "AverageValue");
     }
 
@@ -111,6 +149,6 @@ mod tests {
     fn no_autoscaling_no_scaled_object() {
         let mut plain = model(AutoscalingMetric::QueueTimeMicros);
         plain.spec.autoscaling = None;
-        assert!(scaled_object(&plain, "a:1").is_none());
+        assert!(scaled_object(&plain, "a:1", None).is_none());
     }
 }

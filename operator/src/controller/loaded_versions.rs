@@ -46,7 +46,8 @@ pub async fn ask_a_ready_pod(pods: &[Pod], path: &str, http_port: i32) -> Option
         ip.to_string()
     };
     let url = format!("http://{host}:{http_port}{path}");
-    let client = reqwest::Client::builder().timeout(TIMEOUT).build().ok()?;
+    // Never follows a redirect: the pod's answer is not to be trusted.
+    let client = crate::pod_http::client(TIMEOUT).ok()?;
     let response = client.get(&url).send().await.ok()?;
     if !response.status().is_success() {
         return None;
@@ -107,6 +108,27 @@ mod tests {
             Some(vec!["2".to_string()])
         );
         assert_eq!(query(&pods, "other", i32::from(port)).await, None);
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed() {
+        // A pod that sends the operator elsewhere (here: to a route that
+        // would answer) gets no answer read.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = axum::Router::new()
+            .route(
+                "/v2/models/resnet",
+                axum::routing::get(|| async { axum::response::Redirect::temporary("/elsewhere") }),
+            )
+            .route(
+                "/elsewhere",
+                axum::routing::get(|| async { axum::Json(json!({"name": "resnet", "versions": ["9"]})) }),
+            );
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let pods = [pod(Some("127.0.0.1"), true)];
+        assert_eq!(query(&pods, "resnet", i32::from(port)).await, None);
         server.abort();
     }
 }

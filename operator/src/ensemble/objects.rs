@@ -23,9 +23,12 @@ pub fn desired(ensemble: &ModelEnsemble, members: &[Member<'_>], config: &Operat
         network_policy: None,
         autoscaler: match &config.autoscaler {
             Autoscaler::Hpa => AutoscalerObject::Hpa(hpa::hpa(ensemble).map(Box::new)),
-            Autoscaler::Keda { scaler_address } => {
-                AutoscalerObject::Keda(scaled_object::scaled_object(ensemble, scaler_address).map(Box::new))
-            }
+            Autoscaler::Keda {
+                scaler_address,
+                trigger_authentication,
+            } => AutoscalerObject::Keda(
+                scaled_object::scaled_object(ensemble, scaler_address, trigger_authentication.as_deref()).map(Box::new),
+            ),
         },
         config_map,
     }

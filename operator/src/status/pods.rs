@@ -5,6 +5,10 @@
 //! condition with the scheduler's message. This module turns those into
 //! the reasons of `nereid_crds::conditions::reason`, worst first, so the
 //! status can say *why* instead of only *not ready*.
+//!
+//! A missing Secret is read here too: the kubelet cannot create a container
+//! whose environment names a Secret that does not exist, and says so in the
+//! container's waiting message. The operator itself never reads Secrets.
 
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -79,10 +83,11 @@ fn severity(reason: &str) -> u8 {
     match reason {
         reason::INSUFFICIENT_GPU => 0,
         reason::UNSCHEDULABLE => 1,
-        reason::IMAGE_PULL_BACK_OFF => 2,
-        reason::CRASH_LOOP_BACK_OFF => 3,
-        reason::LOAD_FAILED => 4,
-        _ => 5,
+        reason::MISSING_SECRET => 2,
+        reason::IMAGE_PULL_BACK_OFF => 3,
+        reason::CRASH_LOOP_BACK_OFF => 4,
+        reason::LOAD_FAILED => 5,
+        _ => 6,
     }
 }
 
@@ -143,7 +148,9 @@ fn diagnose_pod(pod: &Pod, model: &str, gpu_resource: &str, now: &Time) -> Optio
 fn init_container(container: &ContainerStatus) -> Option<(String, String)> {
     let (reason, message) = container_problem(container)?;
     let fills_models = container.name == WRITE_CONTAINER || container.name.starts_with(FETCH_CONTAINER);
-    if fills_models && reason != reason::IMAGE_PULL_BACK_OFF {
+    // A container that could not start has not tried to fetch anything.
+    let started = reason != reason::IMAGE_PULL_BACK_OFF && reason != reason::MISSING_SECRET;
+    if fills_models && started {
         return Some((
             reason::LOAD_FAILED.to_string(),
             format!("fetching the model failed: {message}"),
@@ -185,9 +192,31 @@ fn container_problem(container: &ContainerStatus) -> Option<(String, String)> {
         }
         // Starting normally.
         "ContainerCreating" | "PodInitializing" => None,
+        "CreateContainerConfigError" if missing_secret(&waiting_message).is_some() => {
+            let secret = missing_secret(&waiting_message).unwrap_or_default();
+            Some((
+                reason::MISSING_SECRET.to_string(),
+                format!(
+                    "container {name}: Secret '{secret}' does not exist in the model's namespace; \
+                     the pods cannot start until it does"
+                ),
+            ))
+        }
         // CreateContainerConfigError (e.g. a missing Secret key), RunContainerError, ...
         other => Some((other.to_string(), format!("container {name}: {waiting_message}"))),
     }
+}
+
+/// The Secret a kubelet's CreateContainerConfigError message says does not
+/// exist: `secret "name" not found` (the kubelet's watching Secret manager)
+/// or `secrets "name" not found` (the API server's own words).
+fn missing_secret(message: &str) -> Option<&str> {
+    let message = message.trim();
+    let quoted = message
+        .strip_prefix("secrets \"")
+        .or_else(|| message.strip_prefix("secret \""))?;
+    let (name, rest) = quoted.split_once('"')?;
+    (!name.is_empty() && rest.trim() == "not found").then_some(name)
 }
 
 /// A server that stopped itself because the model did not load

@@ -29,7 +29,7 @@ pub fn values(env: &Env) -> Result<std::path::PathBuf> {
              leaseDurationSeconds: {LEASE_DURATION_SECS}\nlogLevel: info,nereid_operator=debug\n\
              nodeSelector:\n  nereid.dev/process-node: \"true\"\ntolerations:\n\
              - key: nereid.dev/process-node\n  operator: Exists\n  effect: NoSchedule\n\
-             autoscaling:\n  scrapeIntervalSeconds: 1\n  windowSeconds: 5\nkeda:\n  enabled: true\n\
+             autoscaling:\n  scrapeIntervalSeconds: 1\n  windowSeconds: 5\nkeda:\n  enabled: true\n  plaintext: true\n\
              gateway:\n  replicaCount: 1\n  drainDelaySeconds: 1\n  logLevel: info,nereid_gateway=debug\n  \
              nodeSelector:\n    nereid.dev/process-node: \"true\"\n  tolerations:\n  \
              - key: nereid.dev/process-node\n    operator: Exists\n    effect: NoSchedule\n"

@@ -139,7 +139,7 @@ async fn check_locked_down(env: &Env) -> Result<()> {
         .context("no server container")?;
     let args = server.args.clone().unwrap_or_default();
     for wanted in [
-        "--http-restricted-api=model-repository:nereid-repository-key=$(NEREID_REPOSITORY_API_KEY)",
+        "--http-restricted-api-from-env=model-repository:nereid-repository-key=NEREID_REPOSITORY_API_KEY",
         "--grpc-use-ssl",
         "--http-server-cert=/etc/nereid/tls/tls.crt",
     ] {

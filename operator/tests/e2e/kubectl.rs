@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::env::{self, Env, OPERATOR_NAMESPACE, RELEASE};
 use crate::inference;
-use crate::models::{self, SMALL_CPU};
+use crate::models::{self, ON_PROCESS_NODES, SMALL_CPU};
 use crate::simple_model::{self, MODEL, NAMESPACE as SERVING};
 use crate::wait::{self, LONG};
 
@@ -90,9 +90,11 @@ async fn serving_model_table(env: &Env) -> Result<()> {
 }
 
 /// A model whose credentials Secret does not exist: 0/1 and MissingSecret.
+/// The operator never reads Secrets; the kubelet says the Secret is missing
+/// on the pod, so the pod runs on a process node (KWOK's would not check).
 async fn not_ready_model_table(env: &Env) -> Result<()> {
     let source = "    uri: s3://e2e-models/locked\n    credentialsSecret: no-such-secret\n";
-    let manifest = models::manifest_of("locked", 1, source, SMALL_CPU, "");
+    let manifest = models::manifest_of("locked", 1, source, SMALL_CPU, ON_PROCESS_NODES);
     models::apply(env, NAMESPACE, &manifest).await?;
     let row = wait::until("the locked model's row", LONG, || async {
         let row = table_row(env, "inferencemodels", NAMESPACE, "locked").await?;

@@ -72,6 +72,9 @@ pub async fn run(env: &Env) -> Result<()> {
         "autoscaling.autoscaler=keda",
         "--set",
         "keda.enabled=true",
+        // The suite calls the service from outside the cluster's KEDA, in plaintext.
+        "--set",
+        "keda.plaintext=true",
         "--wait",
         "--timeout",
         "180s",

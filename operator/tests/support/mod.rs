@@ -166,6 +166,25 @@ pub fn crash_looping_pod(name: &str, message: &str) -> Pod {
     pod(name, status)
 }
 
+/// A pod whose `model-fetch` init container the kubelet cannot create
+/// because its environment names a Secret that does not exist; `message` is
+/// the kubelet's (`secret "name" not found`).
+pub fn missing_secret_pod(name: &str, message: &str) -> Pod {
+    let mut pod = pod(
+        name,
+        container("nereid-server", waiting("PodInitializing", ""), false, false),
+    );
+    let status = pod.status.as_mut().unwrap();
+    status.phase = Some("Pending".into());
+    status.init_container_statuses = Some(vec![container(
+        "model-fetch",
+        waiting("CreateContainerConfigError", message),
+        false,
+        false,
+    )]);
+    pod
+}
+
 /// A pod the scheduler could not place, with its message.
 pub fn unschedulable_pod(name: &str, message: &str) -> Pod {
     let mut pod = Pod::default();
