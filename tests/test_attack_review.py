@@ -449,12 +449,13 @@ def test_a_restriction_key_from_the_environment_is_not_in_the_arguments(tmp_path
 
 
 # --------------------------------------------------------------------------
-# 11. Log settings change only from the server's host; log lines are whole
+# 11 and 14. Log settings and shared-memory regions change only from the
+# server's host (any client could unregister every region); log lines whole
 # --------------------------------------------------------------------------
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs a network namespace of its own (root)")
-def test_a_client_on_another_host_cannot_change_the_log_settings():
+def test_a_client_on_another_host_cannot_change_log_settings_or_shared_memory():
     # The server and both clients run in a network namespace made for this
     # test: a veth pair gives it an address that is not loopback.
     script = f"""
@@ -472,13 +473,19 @@ change() {{ curl -s -o /dev/null -w '%{{http_code}}' -X POST -d '{{"log_verbose_
 echo "remote=$(change --interface 10.99.0.1 http://10.99.0.1:18000/v2/logging)"
 echo "local=$(change http://127.0.0.1:18000/v2/logging)"
 echo "read=$(curl -s -o /dev/null -w '%{{http_code}}' --interface 10.99.0.1 http://10.99.0.1:18000/v2/logging)"
+unregister() {{ curl -s -o /dev/null -w '%{{http_code}}' -X POST "$@"; }}
+echo "shm_remote=$(unregister --interface 10.99.0.1 http://10.99.0.1:18000/v2/systemsharedmemory/unregister)"
+echo "shm_local=$(unregister http://127.0.0.1:18000/v2/systemsharedmemory/unregister)"
 kill $pid
 wait $pid || true
 """
     done = subprocess.run(["unshare", "--net", "bash", "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     seen = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
-    assert seen == {"remote": "403", "local": "200", "read": "200"}, (seen, done.stderr[-2000:])
+    assert seen == {"remote": "403", "local": "200", "read": "200", "shm_remote": "403", "shm_local": "200"}, (
+        seen,
+        done.stderr[-2000:],
+    )
 
 
 # --------------------------------------------------------------------------

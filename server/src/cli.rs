@@ -115,11 +115,12 @@ pub struct Args {
     #[arg(long, default_value_t = 120)]
     pub http2_idle_timeout_secs: u64,
 
-    /// Take log and trace settings changes from clients on other hosts
-    /// too, without a restricted-API header (Triton's behaviour); by
-    /// default only local clients may change them.
+    /// Take changes of the log and trace settings and shared-memory
+    /// registrations from clients on other hosts too, without a
+    /// restricted-API header (Triton's behaviour); by default only clients
+    /// on the server's host may make them.
     #[arg(long)]
-    pub allow_remote_settings_updates: bool,
+    pub allow_remote_local_control: bool,
 
     /// The ONNX Runtime shared library (libonnxruntime.so.1.3x).
     #[arg(long, env = "ORT_DYLIB_PATH")]

@@ -43,7 +43,7 @@ use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::request;
 use crate::restricted_api::{ApiGroup, RestrictedApis};
-use crate::settings_access::SettingsUpdates;
+use crate::local_control::{self, LocalControl};
 use crate::server::InferenceServer;
 use crate::transport::{self, Acceptor, Peer, ServeOptions};
 
@@ -59,7 +59,7 @@ pub struct GrpcOptions {
     /// The server-wide cap on request bytes held at once.
     pub budget: Arc<MemoryBudget>,
     /// Who may change the log and trace settings.
-    pub settings_updates: SettingsUpdates,
+    pub local_control: LocalControl,
     /// `--grpc-restricted-protocol`.
     pub restricted: Arc<RestrictedApis>,
     /// The server's metrics (the front end's in-flight gauge).
@@ -68,15 +68,16 @@ pub struct GrpcOptions {
 
 pub struct InferenceService {
     server: Arc<InferenceServer>,
-    settings_updates: SettingsUpdates,
+    local_control: LocalControl,
     restricted: Arc<RestrictedApis>,
 }
 
 impl InferenceService {
-    /// Refuses a settings change from a client this server does not take it from.
+    /// Refuses a change (of settings, of shared-memory regions) from a
+    /// client this server does not take it from (see [`local_control`]).
     fn check_update<T>(&self, what: &str, group: ApiGroup, request: &Request<T>) -> Result<(), Status> {
         let restricted = self.restricted.restriction(group).is_some();
-        self.settings_updates
+        self.local_control
             .check(what, restricted, request.extensions().get::<Peer>())
             .map_err(to_status)
     }
@@ -92,7 +93,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let inference = GrpcInferenceServiceServer::new(InferenceService {
         server: Arc::clone(&server),
-        settings_updates: options.settings_updates,
+        local_control: options.local_control,
         restricted: Arc::clone(&options.restricted),
     })
     .max_decoding_message_size(options.max_message_size)
@@ -330,6 +331,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> GrpcResult<SystemSharedMemoryRegisterResponse> {
+        self.check_update(local_control::SHARED_MEMORY, ApiGroup::SharedMemory, &request)?;
         let r = request.into_inner();
         let size =
             |v: u64| usize::try_from(v).map_err(|_| Status::invalid_argument("offset or byte_size is too large"));
@@ -345,6 +347,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<SystemSharedMemoryUnregisterResponse> {
+        self.check_update(local_control::SHARED_MEMORY, ApiGroup::SharedMemory, &request)?;
         let name = request.into_inner().name;
         self.server
             .shared_memory()
@@ -380,6 +383,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<CudaSharedMemoryRegisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryRegisterResponse> {
+        self.check_update(local_control::SHARED_MEMORY, ApiGroup::SharedMemory, &request)?;
         let r = request.into_inner();
         self.server
             .cuda_shared_memory()
@@ -393,6 +397,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> GrpcResult<CudaSharedMemoryUnregisterResponse> {
+        self.check_update(local_control::SHARED_MEMORY, ApiGroup::SharedMemory, &request)?;
         let name = request.into_inner().name;
         self.server
             .cuda_shared_memory()
@@ -402,14 +407,14 @@ impl GrpcInferenceService for InferenceService {
 
     async fn trace_setting(&self, request: Request<TraceSettingRequest>) -> GrpcResult<TraceSettingResponse> {
         if !request.get_ref().settings.is_empty() {
-            self.check_update("trace settings", ApiGroup::Trace, &request)?;
+            self.check_update(local_control::TRACE_SETTINGS, ApiGroup::Trace, &request)?;
         }
         settings::trace(&self.server, request.into_inner()).map(Response::new)
     }
 
     async fn log_settings(&self, request: Request<LogSettingsRequest>) -> GrpcResult<LogSettingsResponse> {
         if !request.get_ref().settings.is_empty() {
-            self.check_update("log settings", ApiGroup::Logging, &request)?;
+            self.check_update(local_control::LOG_SETTINGS, ApiGroup::Logging, &request)?;
         }
         settings::log(&self.server, request.into_inner()).map(Response::new)
     }

@@ -45,7 +45,7 @@ use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
 use crate::restricted_api::{ApiGroup, RestrictedApis};
-use crate::settings_access::SettingsUpdates;
+use crate::local_control::LocalControl;
 use crate::server::{InferenceServer, TensorMetadata, VersionStatistics};
 use crate::statistics::StatDuration;
 
@@ -61,7 +61,7 @@ pub struct HttpOptions {
     /// `--http-restricted-api`.
     pub restricted: Arc<RestrictedApis>,
     /// Who may change the log and trace settings.
-    pub settings_updates: SettingsUpdates,
+    pub local_control: LocalControl,
     /// The server's metrics (the front end's in-flight gauge).
     pub metrics: Arc<Metrics>,
 }

@@ -31,7 +31,7 @@ use nereid_server::metrics::{Metrics, MetricsConfig, endpoint};
 use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::ModelRepositoryManager;
 use nereid_server::repository::{Repository, Root, cache_dir};
-use nereid_server::settings_access::SettingsUpdates;
+use nereid_server::local_control::LocalControl;
 use nereid_server::restricted_api::{EnvRestrictionFlag, RestrictedApis, RestrictionFlag};
 use nereid_server::server::InferenceServer;
 use nereid_server::trace::{TraceConfig, Traces};
@@ -265,8 +265,8 @@ fn serve(
 ) -> Result<Serving> {
     let handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
     let budget = MemoryBudget::new(args.max_in_flight_bytes);
-    let settings_updates = SettingsUpdates {
-        from_anywhere: args.allow_remote_settings_updates,
+    let local_control = LocalControl {
+        from_anywhere: args.allow_remote_local_control,
     };
 
     let grpc_local = listeners.grpc.local_addr()?;
@@ -285,7 +285,7 @@ fn serve(
             body_timeout: Duration::from_secs(args.grpc.grpc_body_timeout_secs),
             budget: Arc::clone(&budget),
             restricted: protection.grpc_restricted,
-            settings_updates,
+            local_control,
             metrics: Arc::clone(metrics),
         },
         Arc::clone(in_flight),
@@ -324,7 +324,7 @@ fn serve(
             },
             budget,
             restricted: protection.http_restricted,
-            settings_updates,
+            local_control,
             metrics: Arc::clone(metrics),
         },
         Arc::clone(in_flight),

@@ -14,6 +14,7 @@ use super::control_json::{self, Kind, Members};
 use super::repository::control_body;
 use super::{AppState, HandlerResult};
 use crate::error::Error;
+use crate::local_control;
 use crate::restricted_api::ApiGroup;
 use crate::transport::Peer;
 use crate::logging::LogSettings;
@@ -36,10 +37,11 @@ pub(super) async fn log_settings(State(s): State<AppState>) -> Response {
     axum::Json(log_settings_json(&s.server.log_settings())).into_response()
 }
 
-/// Refuses a settings change from a client this server does not take it from.
-fn check_update(s: &AppState, what: &str, group: ApiGroup, peer: Option<&Peer>) -> Result<(), Error> {
+/// Refuses a change (of settings, of shared-memory regions) from a client
+/// this server does not take it from (see [`crate::local_control`]).
+pub(super) fn check_update(s: &AppState, what: &str, group: ApiGroup, peer: Option<&Peer>) -> Result<(), Error> {
     let restricted = s.options.restricted.restriction(group).is_some();
-    s.options.settings_updates.check(what, restricted, peer)
+    s.options.local_control.check(what, restricted, peer)
 }
 
 pub(super) async fn update_log_settings(
@@ -48,7 +50,7 @@ pub(super) async fn update_log_settings(
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
-    check_update(&s, "log settings", ApiGroup::Logging, peer.as_deref())?;
+    check_update(&s, local_control::LOG_SETTINGS, ApiGroup::Logging, peer.as_deref())?;
     let body = control_body(&s, &headers, body).await?;
     let changes = settings_object(&body, "the log settings must be a JSON object")?;
     let mut parsed = Vec::with_capacity(changes.0.len());
@@ -107,7 +109,7 @@ pub(super) async fn update_trace_settings(
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
-    check_update(&s, "trace settings", ApiGroup::Trace, peer.as_deref())?;
+    check_update(&s, local_control::TRACE_SETTINGS, ApiGroup::Trace, peer.as_deref())?;
     let model = p.get("model").map(String::as_str);
     let body = control_body(&s, &headers, body).await?;
     let changes = settings_object(&body, "the trace settings must be a JSON object")?;

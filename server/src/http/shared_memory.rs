@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
+use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use http::{HeaderMap, StatusCode};
@@ -12,8 +13,12 @@ use serde_json::{Value, json};
 
 use super::control_json::{self, Members};
 use super::repository::control_body;
+use super::settings::check_update;
 use super::{AppState, HandlerResult};
 use crate::error::Error;
+use crate::local_control::SHARED_MEMORY;
+use crate::restricted_api::ApiGroup;
+use crate::transport::Peer;
 
 /// `GET /v2/systemsharedmemory[/region/{region}]/status`.
 pub(super) async fn status(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
@@ -30,9 +35,11 @@ pub(super) async fn status(State(s): State<AppState>, Path(p): Path<HashMap<Stri
 pub(super) async fn register(
     State(s): State<AppState>,
     Path(p): Path<HashMap<String, String>>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
+    check_update(&s, SHARED_MEMORY, ApiGroup::SharedMemory, peer.as_deref())?;
     let region = p.get("region").map_or("", String::as_str);
     let body = control_body(&s, &headers, body).await?;
     let body = Members::of_body(&body)?;
@@ -60,7 +67,12 @@ pub(super) async fn register(
 }
 
 /// `POST /v2/systemsharedmemory[/region/{region}]/unregister`.
-pub(super) async fn unregister(State(s): State<AppState>, Path(p): Path<HashMap<String, String>>) -> HandlerResult {
+pub(super) async fn unregister(
+    State(s): State<AppState>,
+    Path(p): Path<HashMap<String, String>>,
+    peer: Option<Extension<Peer>>,
+) -> HandlerResult {
+    check_update(&s, SHARED_MEMORY, ApiGroup::SharedMemory, peer.as_deref())?;
     s.server.shared_memory().unregister(p.get("region").map(String::as_str));
     Ok(StatusCode::OK.into_response())
 }
@@ -83,9 +95,11 @@ pub(super) async fn cuda_status(State(s): State<AppState>, Path(p): Path<HashMap
 pub(super) async fn cuda_register(
     State(s): State<AppState>,
     Path(p): Path<HashMap<String, String>>,
+    peer: Option<Extension<Peer>>,
     headers: HeaderMap,
     body: Body,
 ) -> HandlerResult {
+    check_update(&s, SHARED_MEMORY, ApiGroup::SharedMemory, peer.as_deref())?;
     use base64::Engine;
     let region = p.get("region").map_or("", String::as_str);
     let body = control_body(&s, &headers, body).await?;
@@ -117,7 +131,9 @@ pub(super) async fn cuda_register(
 pub(super) async fn cuda_unregister(
     State(s): State<AppState>,
     Path(p): Path<HashMap<String, String>>,
+    peer: Option<Extension<Peer>>,
 ) -> HandlerResult {
+    check_update(&s, SHARED_MEMORY, ApiGroup::SharedMemory, peer.as_deref())?;
     s.server
         .cuda_shared_memory()
         .unregister(p.get("region").map(String::as_str));
