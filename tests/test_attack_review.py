@@ -531,3 +531,22 @@ def test_concurrent_json_answers_stay_within_the_budget(tmp_path_factory):
         assert status == 200, message
     finally:
         srv.stop_and_check()
+
+
+# --------------------------------------------------------------------------
+# 15. docs/hardening.md and the README name every limit the server has
+# --------------------------------------------------------------------------
+
+LIMIT_WORDS = ("max", "timeout", "restricted", "allow-remote", "keepalive", "in-flight")
+
+
+def test_every_limit_flag_is_documented_in_hardening_md_and_the_readme():
+    done = subprocess.run([str(helpers.server_binary()), "--help"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    flags = {word for word in done.stdout.split() if word.startswith("--") and any(w in word for w in LIMIT_WORDS)}
+    flags = {flag.rstrip(",.;:)'") for flag in flags}
+    assert "--max-in-flight-bytes" in flags and "--http2-idle-timeout-secs" in flags, flags
+    hardening = (helpers.REPO_ROOT / "docs" / "hardening.md").read_text()
+    readme = (helpers.REPO_ROOT / "README.md").read_text()
+    assert not [f for f in sorted(flags) if f not in hardening], "missing from docs/hardening.md"
+    assert not [f for f in sorted(flags) if f not in readme], "missing from README.md"

@@ -34,6 +34,11 @@ const WORD: usize = 8;
 /// Vectors and tables grow by doubling: what one holds at most, per element.
 const GROWTH: usize = 2;
 
+/// What prost may allocate to report a message that does not parse: its
+/// error, and the path of fields to the failure (an entry per level, up to
+/// its recursion limit). Every message is counted this much to start with.
+const FAILURE: usize = 8 << 10;
+
 /// Fields prost decodes as `bytes::Bytes`, slices of the received buffer
 /// (proto/build.rs): their payload is not copied.
 const ZERO_COPY: [&str; 2] = [
@@ -56,7 +61,7 @@ pub fn footprint(full_name: &str, wire: &[u8]) -> Result<usize, FootprintError> 
         .by_name
         .get(full_name)
         .ok_or_else(|| FootprintError::UnknownType(full_name.to_string()))?;
-    let mut total = 0usize;
+    let mut total = FAILURE;
     walk(schema, index, wire, 0, &mut total);
     Ok(total)
 }
@@ -355,11 +360,11 @@ mod tests {
             raw_input_contents: vec![bytes::Bytes::from(vec![7u8; 1 << 20])],
             ..Default::default()
         };
-        assert!(footprint(ModelInferRequest::full_name().as_str(), &request.encode_to_vec()).unwrap() < 1024);
+        assert!(footprint(ModelInferRequest::full_name().as_str(), &request.encode_to_vec()).unwrap() < FAILURE + 1024);
         // Field 99, length-delimited, 1 MiB: prost skips it.
         let mut unknown = vec![0x9a, 0x06, 0x80, 0x80, 0x40];
         unknown.resize(unknown.len() + (1 << 20), 0);
-        assert_eq!(footprint(ModelInferRequest::full_name().as_str(), &unknown).unwrap(), 0);
+        assert_eq!(footprint(ModelInferRequest::full_name().as_str(), &unknown).unwrap(), FAILURE);
     }
 
     #[test]

@@ -120,7 +120,7 @@ pub struct Args {
     /// restricted-API header (Triton's behaviour); by default only clients
     /// on the server's host may make them.
     #[arg(long)]
-    pub allow_remote_local_control: bool,
+    pub allow_remote_control: bool,
 
     /// The ONNX Runtime shared library (libonnxruntime.so.1.3x).
     #[arg(long, env = "ORT_DYLIB_PATH")]

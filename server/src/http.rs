@@ -16,9 +16,9 @@
 
 pub mod body;
 pub mod compression;
-mod control_json;
+pub mod control_json;
 pub mod error;
-mod generate;
+pub mod generate;
 mod infer;
 pub mod infer_codec;
 pub mod json_tensor;

@@ -266,7 +266,7 @@ fn serve(
     let handshake_timeout = Duration::from_secs(args.handshake_timeout_secs);
     let budget = MemoryBudget::new(args.max_in_flight_bytes);
     let local_control = LocalControl {
-        from_anywhere: args.allow_remote_local_control,
+        from_anywhere: args.allow_remote_control,
     };
 
     let grpc_local = listeners.grpc.local_addr()?;

@@ -149,8 +149,9 @@ async fn receive(s: &AppState, p: &RawPathParams, headers: &HeaderMap, body: Bod
     Ok(request)
 }
 
-/// The generate JSON object as an inference request of `config`'s model.
-fn decode(config: &ModelConfig, body: &[u8], mut reservation: Reservation) -> Result<InferRequest> {
+/// The generate JSON object as an inference request of `config`'s model
+/// (`/generate` and `/generate_stream` alike).
+pub fn decode(config: &ModelConfig, body: &[u8], mut reservation: Reservation) -> Result<InferRequest> {
     let parsed: GenerateJson<'_> = serde_json::from_slice(body)
         .map_err(|e| Error::invalid(format!("failed to parse the generate request JSON: {e}")))?;
     let batching = config.max_batch_size > 0;

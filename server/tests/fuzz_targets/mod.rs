@@ -18,6 +18,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
+use nereid_proto::footprint::footprint;
 use nereid_proto::inference::ModelInferRequest;
 use nereid_server::datatype::DataType;
 use nereid_server::error::{Error, ErrorKind};
@@ -33,10 +34,14 @@ use prost::Message;
 pub type Target = fn(&[u8]);
 
 /// The targets, by the names the fuzzers and the corpus folders use.
-pub const TARGETS: [(&str, Target); 7] = [
+pub const TARGETS: [(&str, Target); 11] = [
     ("http_infer_body", http_infer_body),
     ("json_tensor_data", json_tensor_data),
     ("grpc_infer_request", grpc_infer_request),
+    ("grpc_stream_messages", grpc_stream_messages),
+    ("control_body", control_body),
+    ("generate_body", generate_body),
+    ("gateway_request", gateway_request),
     ("bytes_elements", bytes_elements),
     ("decompress", decompress),
     ("config_pbtxt", config_pbtxt),
@@ -196,12 +201,39 @@ pub fn json_tensor_data(data: &[u8]) {
     }
 }
 
-/// A gRPC ModelInferRequest as protobuf bytes, then into the core request
-/// and through the request checks.
-pub fn grpc_infer_request(data: &[u8]) {
-    let Ok(message) = ModelInferRequest::decode(data) else {
-        return;
-    };
+/// Runs `f`, returning what it allocated at its peak, without losing the
+/// peak of the run around it.
+fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    let outer = PEAK.load(Ordering::Relaxed);
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let out = f();
+    let peak = PEAK.load(Ordering::Relaxed);
+    PEAK.fetch_max(outer, Ordering::Relaxed);
+    (out, peak.saturating_sub(base))
+}
+
+/// A protobuf message decoded as the server's codec does: its decoded size
+/// (nereid_proto::footprint) admitted against `budget` first. Checks the
+/// estimate holds: prost never allocates more than it said.
+fn admitted<M: Message + Default + prost::Name>(wire: &Bytes, budget: &mut Reservation) -> Option<M> {
+    let name = M::full_name();
+    let estimate = footprint(&name, wire).expect("a known message type");
+    if let Err(e) = budget.grow(estimate) {
+        client_error(&Error::from(e), "admission");
+        return None;
+    }
+    let (decoded, peak) = peak_of(|| M::decode(wire.clone()));
+    assert!(
+        peak <= estimate,
+        "{name}: prost allocated {peak} bytes decoding {} wire bytes; footprint said {estimate}",
+        wire.len()
+    );
+    decoded.ok()
+}
+
+/// Converts a decoded ModelInferRequest and puts it through the checks.
+fn convert_and_check(message: ModelInferRequest) {
     match nereid_server::grpc::convert::request(message) {
         Ok(mut request) => {
             let id = std::mem::take(&mut request.id);
@@ -210,6 +242,108 @@ pub fn grpc_infer_request(data: &[u8]) {
             }
         }
         Err(e) => client_error(&e, "grpc convert"),
+    }
+}
+
+/// The decode budget of the gRPC targets: what the memory property allows
+/// beyond the input.
+fn grpc_budget(data: &[u8]) -> std::sync::Arc<MemoryBudget> {
+    MemoryBudget::new((FACTOR - 2) * data.len() + ALLOWANCE / 2)
+}
+
+/// A gRPC ModelInferRequest as protobuf bytes (ModelInfer's message),
+/// admitted by its decoded size, decoded, then into the core request and
+/// through the request checks.
+pub fn grpc_infer_request(data: &[u8]) {
+    let wire = Bytes::copy_from_slice(data);
+    let budget = grpc_budget(data);
+    if let Some(message) = admitted::<ModelInferRequest>(&wire, &mut budget.reservation()) {
+        convert_and_check(message);
+    }
+}
+
+/// A ModelStreamInfer request body: gRPC frames (a 5-byte prefix, then a
+/// ModelInferRequest) one after another, each admitted, decoded and
+/// converted in turn as the stream's reader does, under one budget.
+pub fn grpc_stream_messages(data: &[u8]) {
+    use nereid_proto::frame::{PREFIX_LEN, Prefix};
+    let body = Bytes::copy_from_slice(data);
+    let budget = grpc_budget(data);
+    let mut at = 0;
+    while let Some(prefix) = Prefix::read(&body[at..]) {
+        let start = at + PREFIX_LEN;
+        let Some(end) = start.checked_add(prefix.length).filter(|end| *end <= body.len()) else {
+            return; // the stream ends inside a message: tonic's error
+        };
+        if prefix.flag != 0 {
+            return; // compressed without an encoding: refused by framing
+        }
+        let mut reservation = budget.reservation();
+        match admitted::<ModelInferRequest>(&body.slice(start..end), &mut reservation) {
+            Some(message) => convert_and_check(message),
+            None => return,
+        }
+        at = end;
+    }
+}
+
+/// A control endpoint's body (repository index, load and unload, settings,
+/// shared-memory registration): its members, and each value in every
+/// shape an endpoint reads, a load's `parameters` one level down.
+pub fn control_body(data: &[u8]) {
+    use nereid_server::http::control_json::{self as json, Kind, Members};
+    let members = match Members::of_body(data) {
+        Ok(members) => members,
+        Err(e) => return client_error(&e, "control body"),
+    };
+    for (key, value) in &members.0 {
+        let _ = (json::as_bool(value), json::as_i64(value), json::as_u64(value), json::as_string(value));
+        let _ = json::as_strings(value);
+        let _ = json::shown(value);
+        if json::kind(value) == Kind::Object {
+            match Members::of_value(key, value) {
+                Ok(inner) => {
+                    for (_, value) in &inner.0 {
+                        let _ = json::as_string(value);
+                    }
+                }
+                Err(e) => client_error(&e, "control object"),
+            }
+        }
+    }
+}
+
+/// The generate extension's body (`/generate`, `/generate_stream`) for a
+/// model with a text, a variable and a fixed-shape input.
+pub fn generate_body(data: &[u8]) {
+    static CONFIG: std::sync::LazyLock<nereid_proto::inference::ModelConfig> = std::sync::LazyLock::new(|| {
+        text::parse(
+            r#"name: "g" max_batch_size: 0
+               input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+                       { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] optional: true },
+                       { name: "GRID" data_type: TYPE_FP32 dims: [ 2, 3 ] optional: true } ]
+               output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]"#,
+        )
+        .expect("the generate model config parses")
+    });
+    let budget = MemoryBudget::new(64 * data.len() + (1 << 20));
+    if let Err(e) = nereid_server::http::generate::decode(&CONFIG, data, budget.reservation()) {
+        client_error(&e, "generate");
+    }
+}
+
+/// What nereid-gateway reads of a request to route it: the model in an
+/// HTTP path (byte 0 even), or in the first gRPC message of a body (odd).
+pub fn gateway_request(data: &[u8]) {
+    let Some((&which, rest)) = data.split_first() else {
+        return;
+    };
+    if which % 2 == 0 {
+        if let Ok(path) = std::str::from_utf8(rest) {
+            let _ = nereid_gateway::model_name::from_http_path(path);
+        }
+    } else if let Ok(Some(name)) = nereid_gateway::model_name::from_grpc_message(rest) {
+        assert!(rest.windows(name.len()).any(|w| w == name.as_bytes()), "a name not in the message");
     }
 }
 

@@ -1,0 +1,5 @@
+#![no_main]
+
+include!("harness.rs");
+
+fuzz_binary!(generate_body);
