@@ -148,7 +148,10 @@ mod tests {
         let refused = with_allowance(small, async { admit::<ModelInferRequest>(&wire) }).await;
         let status = refused.unwrap_err();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
-        assert!(status.message().starts_with("inference.ModelInferRequest"), "{status:?}");
+        assert!(
+            status.message().starts_with("inference.ModelInferRequest"),
+            "{status:?}"
+        );
 
         let large = Arc::new(Limit(usize::MAX, AtomicUsize::new(0)));
         with_allowance(large.clone(), async { admit::<ModelInferRequest>(&wire) })

@@ -89,7 +89,8 @@ struct Schema {
     by_name: HashMap<String, usize>,
 }
 
-static SCHEMA: LazyLock<Schema> = LazyLock::new(|| Schema::of(&crate::descriptor_pool().all_messages().collect::<Vec<_>>()));
+static SCHEMA: LazyLock<Schema> =
+    LazyLock::new(|| Schema::of(&crate::descriptor_pool().all_messages().collect::<Vec<_>>()));
 
 impl Schema {
     fn of(all: &[MessageDescriptor]) -> Schema {
@@ -116,17 +117,31 @@ impl Schema {
                                 copied: !ZERO_COPY.contains(&field.full_name()),
                                 list,
                             },
-                            Kind::Bool => Shape::Scalar { size: 1, varint: true, list },
-                            Kind::Double | Kind::Fixed64 | Kind::Sfixed64 => {
-                                Shape::Scalar { size: 8, varint: false, list }
-                            }
-                            Kind::Float | Kind::Fixed32 | Kind::Sfixed32 => {
-                                Shape::Scalar { size: 4, varint: false, list }
-                            }
-                            Kind::Int32 | Kind::Uint32 | Kind::Sint32 | Kind::Enum(_) => {
-                                Shape::Scalar { size: 4, varint: true, list }
-                            }
-                            Kind::Int64 | Kind::Uint64 | Kind::Sint64 => Shape::Scalar { size: 8, varint: true, list },
+                            Kind::Bool => Shape::Scalar {
+                                size: 1,
+                                varint: true,
+                                list,
+                            },
+                            Kind::Double | Kind::Fixed64 | Kind::Sfixed64 => Shape::Scalar {
+                                size: 8,
+                                varint: false,
+                                list,
+                            },
+                            Kind::Float | Kind::Fixed32 | Kind::Sfixed32 => Shape::Scalar {
+                                size: 4,
+                                varint: false,
+                                list,
+                            },
+                            Kind::Int32 | Kind::Uint32 | Kind::Sint32 | Kind::Enum(_) => Shape::Scalar {
+                                size: 4,
+                                varint: true,
+                                list,
+                            },
+                            Kind::Int64 | Kind::Uint64 | Kind::Sint64 => Shape::Scalar {
+                                size: 8,
+                                varint: true,
+                                list,
+                            },
                         };
                         (field.number(), shape)
                     })
@@ -215,14 +230,22 @@ fn walk(schema: &Schema, index: usize, mut wire: &[u8], depth: u32, total: &mut 
                             add(total, GROWTH * HANDLE);
                         }
                     }
-                    Some(Shape::Scalar { size, varint: packed_varints, .. }) => {
+                    Some(Shape::Scalar {
+                        size,
+                        varint: packed_varints,
+                        ..
+                    }) => {
                         let count = match packed_varints {
                             true => payload.iter().filter(|b| **b < 0x80).count(),
                             false => length / size.max(1),
                         };
                         add(total, GROWTH * size * count);
                     }
-                    Some(Shape::Message { index: nested, list, map }) => {
+                    Some(Shape::Message {
+                        index: nested,
+                        list,
+                        map,
+                    }) => {
                         let own = schema.messages[nested].size;
                         if map {
                             add(total, GROWTH * (own + 1));
@@ -302,7 +325,11 @@ mod tests {
         let wire = bytes::Bytes::from(message.encode_to_vec());
         let estimate = footprint(&M::full_name(), &wire).unwrap();
         let real = measured::<M>(&wire);
-        assert!(real <= estimate, "{}: prost held {real} bytes, the estimate is {estimate}", M::full_name());
+        assert!(
+            real <= estimate,
+            "{}: prost held {real} bytes, the estimate is {estimate}",
+            M::full_name()
+        );
         (estimate, real)
     }
 
@@ -364,7 +391,10 @@ mod tests {
         // Field 99, length-delimited, 1 MiB: prost skips it.
         let mut unknown = vec![0x9a, 0x06, 0x80, 0x80, 0x40];
         unknown.resize(unknown.len() + (1 << 20), 0);
-        assert_eq!(footprint(ModelInferRequest::full_name().as_str(), &unknown).unwrap(), FAILURE);
+        assert_eq!(
+            footprint(ModelInferRequest::full_name().as_str(), &unknown).unwrap(),
+            FAILURE
+        );
     }
 
     #[test]
@@ -377,6 +407,9 @@ mod tests {
         let whole = footprint("inference.ModelInferRequest", &wire).unwrap();
         wire.extend_from_slice(&[0x2a, 0xff]); // an input whose length runs past the end
         assert_eq!(footprint("inference.ModelInferRequest", &wire).unwrap(), whole);
-        assert!(matches!(footprint("no.Such", &wire), Err(FootprintError::UnknownType(_))));
+        assert!(matches!(
+            footprint("no.Such", &wire),
+            Err(FootprintError::UnknownType(_))
+        ));
     }
 }

@@ -39,11 +39,11 @@ use self::model_infer::ModelInferLayer;
 use self::restricted::RestrictLayer;
 use self::status::to_status;
 use crate::in_flight::{InFlight, InFlightLayer};
+use crate::local_control::{self, LocalControl};
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::request;
 use crate::restricted_api::{ApiGroup, RestrictedApis};
-use crate::local_control::{self, LocalControl};
 use crate::server::InferenceServer;
 use crate::transport::{self, Acceptor, Peer, ServeOptions};
 
@@ -108,7 +108,11 @@ pub async fn serve(
         .layer(DeadlineLayer)
         // Refused calls cost nothing further: checked before the body is read.
         .layer(RestrictLayer::new(options.restricted))
-        .layer(BudgetLayer::new(options.budget, options.body_timeout, options.max_message_size))
+        .layer(BudgetLayer::new(
+            options.budget,
+            options.body_timeout,
+            options.max_message_size,
+        ))
         // Innermost: ModelInfer answered here, every other call routed by tonic.
         .layer(ModelInferLayer::new(Arc::clone(&server), options.max_message_size))
         .service(routes)

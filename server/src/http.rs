@@ -41,11 +41,11 @@ use serde_json::{Value, json};
 use self::body::BodyLimits;
 use self::error::{HttpError, with_status};
 use crate::in_flight::InFlight;
+use crate::local_control::LocalControl;
 use crate::memory_budget::MemoryBudget;
 use crate::metrics::Metrics;
 use crate::model_config::json as config_json;
 use crate::restricted_api::{ApiGroup, RestrictedApis};
-use crate::local_control::LocalControl;
 use crate::server::{InferenceServer, TensorMetadata, VersionStatistics};
 use crate::statistics::StatDuration;
 

@@ -48,15 +48,26 @@ mod tests {
     #[test]
     fn only_local_clients_change_unrestricted_settings() {
         let default = LocalControl::default();
-        assert!(default.check(LOG_SETTINGS, false, Some(&peer("127.0.0.1:5000"))).is_ok());
+        assert!(
+            default
+                .check(LOG_SETTINGS, false, Some(&peer("127.0.0.1:5000")))
+                .is_ok()
+        );
         assert!(default.check(LOG_SETTINGS, false, Some(&peer("[::1]:5000"))).is_ok());
-        assert!(default.check(LOG_SETTINGS, false, Some(&peer("[::ffff:127.0.0.2]:5000"))).is_ok());
+        assert!(
+            default
+                .check(LOG_SETTINGS, false, Some(&peer("[::ffff:127.0.0.2]:5000")))
+                .is_ok()
+        );
         assert!(default.check(LOG_SETTINGS, false, None).is_ok());
         let remote = peer("10.244.1.7:41000");
         let e = default.check(LOG_SETTINGS, false, Some(&remote)).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::PermissionDenied);
         assert!(e.message().contains("--allow-remote-control"), "{e}");
-        assert!(default.check(TRACE_SETTINGS, true, Some(&remote)).is_ok(), "restricted: the header decided");
+        assert!(
+            default.check(TRACE_SETTINGS, true, Some(&remote)).is_ok(),
+            "restricted: the header decided"
+        );
         let open = LocalControl { from_anywhere: true };
         assert!(open.check(LOG_SETTINGS, false, Some(&remote)).is_ok());
     }

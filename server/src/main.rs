@@ -24,6 +24,7 @@ use nereid_server::grpc::{self, GrpcOptions};
 use nereid_server::http::body::{BodyLimits, SizeLimit};
 use nereid_server::http::{self, HttpOptions};
 use nereid_server::in_flight::InFlight;
+use nereid_server::local_control::LocalControl;
 use nereid_server::logging::{self, LogControl};
 use nereid_server::memory_budget::MemoryBudget;
 use nereid_server::metrics::system::SystemMetrics;
@@ -31,7 +32,6 @@ use nereid_server::metrics::{Metrics, MetricsConfig, endpoint};
 use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::ModelRepositoryManager;
 use nereid_server::repository::{Repository, Root, cache_dir};
-use nereid_server::local_control::LocalControl;
 use nereid_server::restricted_api::{EnvRestrictionFlag, RestrictedApis, RestrictionFlag};
 use nereid_server::server::InferenceServer;
 use nereid_server::trace::{TraceConfig, Traces};
@@ -94,7 +94,11 @@ struct Protection {
 impl Protection {
     fn from_args(args: &Args) -> Result<Self> {
         let restricted = |plain: &[RestrictionFlag], from_env: &[EnvRestrictionFlag]| {
-            let flags: Vec<RestrictionFlag> = plain.iter().cloned().chain(from_env.iter().map(|f| f.0.clone())).collect();
+            let flags: Vec<RestrictionFlag> = plain
+                .iter()
+                .cloned()
+                .chain(from_env.iter().map(|f| f.0.clone()))
+                .collect();
             RestrictedApis::new(&flags).map(Arc::new).map_err(anyhow::Error::msg)
         };
         Ok(Protection {

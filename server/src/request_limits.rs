@@ -18,7 +18,9 @@ pub const MAX_TENSORS: usize = 4096;
 /// Refuses a count over its limit, naming what was counted.
 pub fn check(what: &str, count: usize, limit: usize) -> Result<()> {
     if count > limit {
-        return Err(Error::invalid(format!("{what}: {count} is more than the limit of {limit}")));
+        return Err(Error::invalid(format!(
+            "{what}: {count} is more than the limit of {limit}"
+        )));
     }
     Ok(())
 }

@@ -155,10 +155,8 @@ impl EnvRestrictionFlag {
         let value = env(variable.trim())
             .filter(|v| !v.is_empty())
             .ok_or_else(|| format!("the environment variable '{}' is unset or empty", variable.trim()))?;
-        format!("{head}={value}")
-            .parse()
-            .map(EnvRestrictionFlag)
-            // The parse's errors name groups and keys, never the value.
+        format!("{head}={value}").parse().map(EnvRestrictionFlag)
+        // The parse's errors name groups and keys, never the value.
     }
 }
 

@@ -188,9 +188,7 @@ impl SharedMemory {
     /// A copy of a tensor's bytes from its region.
     pub fn read(&self, place: &TensorRegion) -> Result<Bytes> {
         let (object, at) = self.locate(place, place.byte_size)?;
-        let data = object
-            .read(at, place.byte_size)
-            .ok_or_else(|| shrank(place))?;
+        let data = object.read(at, place.byte_size).ok_or_else(|| shrank(place))?;
         Ok(Bytes::from(data))
     }
 

@@ -169,7 +169,10 @@ where
             account,
             deadline: deadline.map(|d| (Box::pin(tokio::time::sleep(d)), d)),
         });
-        Box::pin(with_allowance(allowance, self.inner.call(http::Request::from_parts(parts, body))))
+        Box::pin(with_allowance(
+            allowance,
+            self.inner.call(http::Request::from_parts(parts, body)),
+        ))
     }
 }
 

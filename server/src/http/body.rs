@@ -45,13 +45,19 @@ pub enum SizeLimit {
 impl SizeLimit {
     /// The refusal of a body (or its inflated form) over `limit` bytes.
     pub fn refusal(self, inflated: bool, limit: usize) -> Error {
-        let what = if inflated { "decompressed request size" } else { "request size" };
+        let what = if inflated {
+            "decompressed request size"
+        } else {
+            "request size"
+        };
         Error::invalid(match self {
             SizeLimit::Input => format!(
                 "{what} exceeds the maximum allowed input size of {limit} bytes. Use --http-max-input-size to increase the limit."
             ),
             SizeLimit::Control => {
-                format!("{what} exceeds the maximum of {limit} bytes of a control request (repository, settings, shared memory)")
+                format!(
+                    "{what} exceeds the maximum of {limit} bytes of a control request (repository, settings, shared memory)"
+                )
             }
         })
     }

@@ -8,8 +8,8 @@ use flate2::Compression;
 use flate2::read::{GzDecoder, ZlibDecoder};
 use flate2::write::{GzEncoder, ZlibEncoder};
 
-use crate::error::{Error, Result};
 use super::body::SizeLimit;
+use crate::error::{Error, Result};
 use crate::memory_budget::Reservation;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,11 +144,23 @@ mod tests {
             let packed = compress(encoding, &data);
             assert!(packed.len() < 200);
             let mut reservation = Reservation::default();
-            assert_eq!(decompress(encoding, &packed, 10_000, SizeLimit::Input, &mut reservation).unwrap(), data);
+            assert_eq!(
+                decompress(encoding, &packed, 10_000, SizeLimit::Input, &mut reservation).unwrap(),
+                data
+            );
             let e = decompress(encoding, &packed, 9_999, SizeLimit::Input, &mut reservation).unwrap_err();
             assert!(e.message().contains("exceeds the maximum allowed input size"), "{e}");
         }
-        assert!(decompress(Encoding::Gzip, b"not gzip", 100, SizeLimit::Input, &mut Reservation::default()).is_err());
+        assert!(
+            decompress(
+                Encoding::Gzip,
+                b"not gzip",
+                100,
+                SizeLimit::Input,
+                &mut Reservation::default()
+            )
+            .is_err()
+        );
     }
 
     #[test]

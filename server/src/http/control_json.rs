@@ -40,7 +40,8 @@ impl<'a> Members<'a> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(Members::default());
         }
-        serde_json::from_slice(body).map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))
+        serde_json::from_slice(body)
+            .map_err(|e| Error::invalid(format!("failed to parse the request JSON buffer: {e}")))
     }
 
     /// A member's value as an object (a load's `parameters`).
@@ -164,7 +165,10 @@ mod tests {
     fn anything_but_a_small_object_is_refused_before_it_is_built() {
         let array = format!("[{}0]", "0,".repeat(100_000));
         assert!(Members::of_body(array.as_bytes()).is_err());
-        let wide: String = (0..=MAX_MEMBERS).map(|i| format!("\"k{i}\":0")).collect::<Vec<_>>().join(",");
+        let wide: String = (0..=MAX_MEMBERS)
+            .map(|i| format!("\"k{i}\":0"))
+            .collect::<Vec<_>>()
+            .join(",");
         let error = Members::of_body(format!("{{{wide}}}").as_bytes()).unwrap_err();
         assert!(error.message().contains("more than 64 members"), "{error:?}");
         let members = Members::of_body(br#"{"p": [1]}"#).unwrap();
@@ -178,7 +182,10 @@ mod tests {
         assert_eq!(as_string(members.get("s").unwrap()).as_deref(), Some("a\n"));
         assert_eq!(as_i64(members.get("n").unwrap()), Some(-3));
         assert_eq!(as_u64(members.get("n").unwrap()), None);
-        assert_eq!(as_strings(members.get("l").unwrap()), Some(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            as_strings(members.get("l").unwrap()),
+            Some(vec!["a".into(), "b".into()])
+        );
         assert_eq!(as_strings(members.get("m").unwrap()), None);
         let long = format!("[{}\"\"]", "\"\",".repeat(MAX_LIST));
         let body = format!("{{\"l\": {long}}}");

@@ -14,8 +14,8 @@
 //! stream. A client that goes away cancels the request.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::fmt;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{RawPathParams, State};
@@ -27,8 +27,8 @@ use nereid_proto::inference::{ModelConfig, ModelInput};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::request_json::{JsonParameters, MAX_TENSORS};
 use super::infer::ReservedBody;
+use super::request_json::{JsonParameters, MAX_TENSORS};
 use super::{AppState, HandlerResult, body, json_tensor, model_path};
 use crate::error::{Error, Result};
 use crate::memory_budget::Reservation;
@@ -88,10 +88,13 @@ pub(super) async fn generate_stream(
             .transpose()?
             .map(|(json, _)| event(&json));
         let budget = Arc::clone(budget);
-        let rest = responses.map(move |response| match response.and_then(|r| response_json(&r, budget.reservation())) {
-            Ok((json, _)) => (event(&json), true),
-            Err(e) => (error_event(&e), false),
-        });
+        let rest =
+            responses.map(
+                move |response| match response.and_then(|r| response_json(&r, budget.reservation())) {
+                    Ok((json, _)) => (event(&json), true),
+                    Err(e) => (error_event(&e), false),
+                },
+            );
         Body::from_stream(events_until_error(first, rest))
     } else {
         let response = s.server.infer(request).await?;
@@ -257,7 +260,8 @@ impl serde::Serialize for ResponseJson<'_> {
             if data.len() == 1 {
                 // One element: the value itself, not a list of one.
                 let list = serde_json::to_string(&data).map_err(serde::ser::Error::custom)?;
-                let one = RawValue::from_string(list[1..list.len() - 1].to_string()).map_err(serde::ser::Error::custom)?;
+                let one =
+                    RawValue::from_string(list[1..list.len() - 1].to_string()).map_err(serde::ser::Error::custom)?;
                 map.serialize_entry(&tensor.name, &one)?;
             } else {
                 map.serialize_entry(&tensor.name, &data)?;
@@ -320,8 +324,8 @@ impl<'de: 'a, 'a> serde::Deserialize<'de> for GenerateJson<'a> {
 mod tests {
     use super::*;
     use crate::datatype::DataType;
-    use serde_json::Value;
     use crate::model_config::text::parse;
+    use serde_json::Value;
 
     fn config(max_batch_size: i32) -> ModelConfig {
         parse(&format!(

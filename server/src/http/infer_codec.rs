@@ -359,7 +359,11 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs, compress
             binary_outputs,
         },
     };
-    let binary: Vec<&Tensor> = response.outputs.iter().filter(|t| header.outputs.is_binary(t)).collect();
+    let binary: Vec<&Tensor> = response
+        .outputs
+        .iter()
+        .filter(|t| header.outputs.is_binary(t))
+        .collect();
     let mut header_length = 0;
     let mut write = |out: &mut dyn std::io::Write| -> std::io::Result<()> {
         let mut counted = Counted { inner: out, written: 0 };

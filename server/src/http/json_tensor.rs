@@ -386,7 +386,10 @@ mod tests {
         // with 17 digits and a 3-digit exponent, control bytes.
         let cases: Vec<(DataType, Vec<u8>)> = vec![
             (DataType::Bool, vec![0; 1000]),
-            (DataType::Int8, [i8::MIN].repeat(1000).iter().map(|v| *v as u8).collect()),
+            (
+                DataType::Int8,
+                [i8::MIN].repeat(1000).iter().map(|v| *v as u8).collect(),
+            ),
             (DataType::Uint8, vec![255; 1000]),
             (DataType::Int16, i16::MIN.to_le_bytes().repeat(1000)),
             (DataType::Uint16, u16::MAX.to_le_bytes().repeat(1000)),
@@ -395,17 +398,29 @@ mod tests {
             (DataType::Int64, i64::MIN.to_le_bytes().repeat(1000)),
             (DataType::Uint64, u64::MAX.to_le_bytes().repeat(1000)),
             (DataType::Fp16, f16::from_f32(-6.1e-5).to_le_bytes().repeat(1000)),
-            (DataType::Bf16, bf16::from_f32(-1.1754944e-38).to_le_bytes().repeat(1000)),
+            (
+                DataType::Bf16,
+                bf16::from_f32(-1.1754944e-38).to_le_bytes().repeat(1000),
+            ),
             (DataType::Fp32, (-1.1754942e-38f32).to_le_bytes().repeat(1000)),
             (DataType::Fp64, (-2.2250738585072014e-308f64).to_le_bytes().repeat(1000)),
-            (DataType::Bytes, [1u32.to_le_bytes().as_slice(), &[1]].concat().repeat(1000)),
-            (DataType::Bytes, [8u32.to_le_bytes().as_slice(), &[0x1f; 8]].concat().repeat(100)),
+            (
+                DataType::Bytes,
+                [1u32.to_le_bytes().as_slice(), &[1]].concat().repeat(1000),
+            ),
+            (
+                DataType::Bytes,
+                [8u32.to_le_bytes().as_slice(), &[0x1f; 8]].concat().repeat(100),
+            ),
         ];
         for (datatype, data) in cases {
             let written = text(datatype, &data);
             let bound = max_json_len(datatype, data.len());
             assert!(written <= bound, "{datatype:?}: {written} > {bound}");
-            assert!(bound <= 4 * written + 64, "{datatype:?}: {bound} is loose for {written}");
+            assert!(
+                bound <= 4 * written + 64,
+                "{datatype:?}: {bound} is loose for {written}"
+            );
         }
     }
 

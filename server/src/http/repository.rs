@@ -3,8 +3,8 @@
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
-use http::{HeaderMap, StatusCode};
 use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
 use serde_json::Value;
 
 use super::control_json::{self, Kind, MAX_CONTROL_BODY, Members};

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use axum::body::Body;
 use axum::Extension;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::HeaderMap;
@@ -15,11 +15,11 @@ use super::repository::control_body;
 use super::{AppState, HandlerResult};
 use crate::error::Error;
 use crate::local_control;
-use crate::restricted_api::ApiGroup;
-use crate::transport::Peer;
 use crate::logging::LogSettings;
 use crate::parameter::Parameter;
+use crate::restricted_api::ApiGroup;
 use crate::trace::settings::{Change as TraceChange, Effective as TraceEffective};
+use crate::transport::Peer;
 
 /// The logging extension's settings in Triton's JSON shape.
 fn log_settings_json(settings: &LogSettings) -> Value {

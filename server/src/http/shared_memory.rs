@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use axum::body::Body;
 use axum::Extension;
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use http::{HeaderMap, StatusCode};

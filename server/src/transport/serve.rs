@@ -23,8 +23,8 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio_util::sync::CancellationToken;
 
-use super::{Acceptor, Peer};
 use super::idle::{Activity, Supervised, Tracked};
+use super::{Acceptor, Peer};
 
 /// HTTP/1.1 read buffer per connection (hyper's default is ~400 KiB). Body
 /// bytes are copied out of it at once, so a bigger buffer only saves a few

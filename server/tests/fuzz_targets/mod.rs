@@ -297,7 +297,12 @@ pub fn control_body(data: &[u8]) {
         Err(e) => return client_error(&e, "control body"),
     };
     for (key, value) in &members.0 {
-        let _ = (json::as_bool(value), json::as_i64(value), json::as_u64(value), json::as_string(value));
+        let _ = (
+            json::as_bool(value),
+            json::as_i64(value),
+            json::as_u64(value),
+            json::as_string(value),
+        );
         let _ = json::as_strings(value);
         let _ = json::shown(value);
         if json::kind(value) == Kind::Object {
@@ -343,7 +348,10 @@ pub fn gateway_request(data: &[u8]) {
             let _ = nereid_gateway::model_name::from_http_path(path);
         }
     } else if let Ok(Some(name)) = nereid_gateway::model_name::from_grpc_message(rest) {
-        assert!(rest.windows(name.len()).any(|w| w == name.as_bytes()), "a name not in the message");
+        assert!(
+            rest.windows(name.len()).any(|w| w == name.as_bytes()),
+            "a name not in the message"
+        );
     }
 }
 
@@ -369,7 +377,13 @@ pub fn decompress(data: &[u8]) {
     } else {
         compression::Encoding::Deflate
     };
-    if let Err(e) = compression::decompress(encoding, body, INFLATE_LIMIT, SizeLimit::Input, &mut Reservation::default()) {
+    if let Err(e) = compression::decompress(
+        encoding,
+        body,
+        INFLATE_LIMIT,
+        SizeLimit::Input,
+        &mut Reservation::default(),
+    ) {
         client_error(&e, "decompress");
     }
 }
