@@ -2,6 +2,7 @@
 //! as the chart sets them).
 
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -34,6 +35,32 @@ pub struct Args {
     /// hold that name (others are named `namespace/name`).
     #[arg(long, env = "NEREID_GATEWAY_DEFAULT_NAMESPACE")]
     pub default_namespace: Option<String>,
+
+    /// Namespaces whose models only requests carrying `authorization:
+    /// Bearer <token>` reach (HTTP header or gRPC metadata):
+    /// `NAMESPACE=FILE`, the token being FILE's content with the whitespace
+    /// around it trimmed (a mounted Secret's key). FILE is read at start
+    /// (missing or empty: the gateway does not start), then looked at again
+    /// at most once a second and read again when it changes, so a rotated
+    /// Secret takes effect without a restart. Repeat the flag (or separate
+    /// with commas) for more namespaces, or for a namespace's old and new
+    /// token while clients move to the new one. Other requests for these
+    /// namespaces' models get 401 / UNAUTHENTICATED, and the repository
+    /// index lists only the namespaces a request's token opens. Default:
+    /// none, every namespace open to any client of the gateway.
+    #[arg(
+        long = "namespace-token",
+        env = "NEREID_GATEWAY_NAMESPACE_TOKEN",
+        value_name = "NAMESPACE=FILE",
+        value_delimiter = ',',
+        value_parser = parse_namespace_token
+    )]
+    pub namespace_tokens: Vec<(String, PathBuf)>,
+    /// Refuse every request for a model in a namespace that has no
+    /// --namespace-token (deny by default). Default: off, such namespaces
+    /// are open to any client of the gateway.
+    #[arg(long, env = "NEREID_GATEWAY_REQUIRE_NAMESPACE_TOKENS")]
+    pub require_namespace_tokens: bool,
 
     /// How an endpoint is chosen per request: `least-loaded` (power of two
     /// choices on in-flight requests plus the pod's reported queue) or
@@ -194,6 +221,19 @@ fn parse_count(text: &str) -> Result<usize, String> {
     }
 }
 
+fn parse_namespace_token(text: &str) -> Result<(String, PathBuf), String> {
+    let (namespace, file) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not NAMESPACE=FILE"))?;
+    if namespace.is_empty() || namespace.contains('/') {
+        return Err(format!("{text:?} names no namespace (NAMESPACE=FILE)"));
+    }
+    if file.is_empty() {
+        return Err(format!("{text:?} names no file (NAMESPACE=FILE)"));
+    }
+    Ok((namespace.to_string(), PathBuf::from(file)))
+}
+
 fn parse_endpoint(text: &str) -> Result<(ModelKey, Address), String> {
     let (model, addresses) = text
         .split_once('=')
@@ -253,6 +293,32 @@ mod tests {
         assert_eq!(limits.max_streaming_calls_per_connection, 100);
         for zero in ["--max-connections=0", "--idle-timeout-secs=0"] {
             assert!(Args::try_parse_from(["nereid-gateway", zero]).is_err(), "{zero}");
+        }
+    }
+
+    #[test]
+    fn namespace_tokens() {
+        let args = Args::parse_from(["nereid-gateway"]);
+        assert!(args.namespace_tokens.is_empty() && !args.require_namespace_tokens);
+        let args = Args::parse_from([
+            "nereid-gateway",
+            "--namespace-token",
+            "ml=/run/tokens/ml",
+            "--namespace-token=team=/run/a=b,ops=/run/ops",
+            "--require-namespace-tokens",
+        ]);
+        let given: Vec<(&str, &str)> = args
+            .namespace_tokens
+            .iter()
+            .map(|(namespace, file)| (namespace.as_str(), file.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            given,
+            [("ml", "/run/tokens/ml"), ("team", "/run/a=b"), ("ops", "/run/ops")]
+        );
+        assert!(args.require_namespace_tokens);
+        for bad in ["ml", "=/run/ml", "ml=", "ml/x=/run/ml"] {
+            assert!(parse_namespace_token(bad).is_err(), "{bad}");
         }
     }
 

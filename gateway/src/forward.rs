@@ -112,6 +112,10 @@ impl Upstream {
             started,
         } = request;
         strip_hop_by_hop(&mut headers, protocol);
+        // The bearer token opened the namespace here (`--namespace-token`);
+        // a pod has no use for it, and a pod's logs or a model's code should
+        // never see a token that opens other namespaces' models too.
+        headers.remove(header::AUTHORIZATION);
         // A whole body is sent from its chunk list (reference counts, not
         // copies), so it can be sent again; a stream goes once, and stays
         // here until an attempt opens a stream for it.

@@ -4,7 +4,10 @@
 //! Calls about one model (infer, ready, metadata, config, statistics) are
 //! read whole, routed by their field 1 and forwarded as they came, with a
 //! retry on another pod if the first cannot be reached. ModelStreamInfer is
-//! routed by its first message and pinned to that pod for its life. Liveness,
+//! routed by its first message and pinned to that pod for its life. Either
+//! is read only until its first message names the model before it is
+//! checked against the namespace's token ([`crate::authorize`]): one that
+//! may not reach it is answered UNAUTHENTICATED without reading on. Liveness,
 //! readiness and the repository index are the gateway's own answers; server
 //! metadata comes from any ready pod. Loading and unloading belong to the
 //! InferenceModel, and shared memory to one pod: both are refused here.
@@ -34,6 +37,7 @@ use nereid_proto::inference::{
 };
 use prost::Message;
 
+use crate::authorize::Refused;
 use crate::cap::Cap;
 use crate::forward::{Forward, ForwardError, Payload};
 use crate::grpc_answer;
@@ -44,7 +48,7 @@ use crate::metrics::Failure;
 use crate::model_name::{self, FrameError};
 use crate::registry::RouteError;
 use crate::reply_body::Reply;
-use crate::request_body::{ReadError, read_while};
+use crate::request_body::{ReadError, read_rest, read_while};
 use crate::state::Gateway;
 use crate::{NAMESPACE_HEADER, Protocol};
 
@@ -132,21 +136,19 @@ async fn serve(gateway: &Gateway, request: Request<H2Body>) -> Response<Reply> {
 /// A call about one model: routed by the name in its (first) message.
 async fn per_model(gateway: &Gateway, request: Request<H2Body>, started: Instant, stream: bool) -> Response<Reply> {
     let (parts, body) = request.into_parts();
-    // A unary call is read whole (it can then be retried); a stream only
-    // until its first message names the model. What is read is charged to
-    // the memory budget until the pod has answered (a stream's first
-    // chunks: until they are passed on).
+    // Read until the first message names the model, and no further before
+    // the request is known to be allowed to reach it: then a unary call is
+    // read whole (it can then be retried), a stream passed on as it comes.
+    // What is read is charged to the memory budget until the pod has
+    // answered (a stream's first chunks: until they are passed on).
     let limits = gateway.limits.body();
+    let deadline = tokio::time::Instant::now() + limits.timeout;
     let mut charge = gateway.charge();
-    let read = if stream {
-        let mut first_message = FirstMessage::default();
-        read_while(body, limits, &mut charge, |chunks, total| {
-            !first_message.has_name(chunks, total)
-        })
-        .await
-    } else {
-        read_while(body, limits, &mut charge, |_, _| true).await
-    };
+    let mut first_message = FirstMessage::default();
+    let read = read_while(body, limits, &mut charge, |chunks, total| {
+        !first_message.has_name(chunks, total)
+    })
+    .await;
     let (chunks, rest) = match read {
         Ok(read) => read,
         Err(error) => return read_failure(gateway, &error),
@@ -163,15 +165,23 @@ async fn per_model(gateway: &Gateway, request: Request<H2Body>, started: Instant
         Some(namespace) => format!("{namespace}/{name}"),
         None => name,
     };
+    let requested = match gateway.admit(requested, &parts.headers) {
+        Ok(requested) => requested,
+        Err(refused) => return refusal(refused),
+    };
     let body = match rest {
         Some(rest) if stream => Payload::Streaming {
             head: chunks,
             rest,
             charge: std::mem::replace(&mut charge, gateway.charge()),
         },
-        // A unary body that did not end is read whole by now; an ended
-        // stream is as good as a whole body.
-        _ => Payload::Whole(chunks),
+        // The rest of a unary call, within what is left of its limits.
+        Some(rest) => match read_rest(rest, chunks, limits, deadline, &mut charge).await {
+            Ok(chunks) => Payload::Whole(chunks),
+            Err(error) => return read_failure(gateway, &error),
+        },
+        // A body that ended: whole (a stream's too).
+        None => Payload::Whole(chunks),
     };
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let forward = Forward {
@@ -246,7 +256,7 @@ fn name_of(chunks: &[Bytes]) -> Result<Option<String>, FrameError> {
 
 /// Server metadata from any ready pod; the gateway's own when none is.
 async fn server_metadata(gateway: &Gateway, request: Request<H2Body>, started: Instant) -> Response<Reply> {
-    let Some(route) = gateway.router.any() else {
+    let Some(route) = gateway.any_route(request.headers()) else {
         return grpc_reply::message(&ServerMetadataResponse {
             name: "nereid-gateway".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -276,9 +286,10 @@ async fn server_metadata(gateway: &Gateway, request: Request<H2Body>, started: I
 
 /// The cluster's models and their states, from discovery.
 async fn repository_index(gateway: &Gateway, request: Request<H2Body>) -> Response<Reply> {
+    let (parts, body) = request.into_parts();
     let mut charge = gateway.charge();
     let limits = gateway.limits.control_body();
-    let chunks = match read_while(request.into_body(), limits, &mut charge, |_, _| true).await {
+    let chunks = match read_while(body, limits, &mut charge, |_, _| true).await {
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),
     };
@@ -289,9 +300,9 @@ async fn repository_index(gateway: &Gateway, request: Request<H2Body>) -> Respon
     let Ok(asked) = RepositoryIndexRequest::decode(message) else {
         return bad_request(gateway, "the RepositoryIndexRequest does not decode");
     };
+    // Only the namespaces the request's token opens.
     let models = gateway
-        .router
-        .read(|registry| registry.index())
+        .index(&parts.headers)
         .into_iter()
         .filter(|entry| entry.ready || !asked.ready)
         .map(|entry| ModelIndex {
@@ -318,6 +329,16 @@ fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
     };
     gateway.metrics.failed("", failure);
     grpc_reply::status(code, &error.to_string())
+}
+
+/// A call refused before it was read further: UNAUTHENTICATED when it
+/// may not reach the model, else as if routing had failed (counted by
+/// [`Gateway::admit`]).
+fn refusal(refused: Refused) -> Response<Reply> {
+    match refused {
+        Refused::Unauthorized(error) => grpc_reply::status(Code::Unauthenticated, &error.to_string()),
+        Refused::Route(error) => forward_failure(&ForwardError::Route(error)),
+    }
 }
 
 fn forward_failure(error: &ForwardError) -> Response<Reply> {

@@ -20,6 +20,7 @@ pub enum Code {
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
+    Unauthenticated = 16,
 }
 
 const GRPC: HeaderValue = HeaderValue::from_static("application/grpc");

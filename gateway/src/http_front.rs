@@ -6,7 +6,12 @@
 //! A model in another namespace is named `namespace%2Fname` in the path, or
 //! by the `nereid-namespace` header; the pod is sent its plain name.
 //! Health is the gateway's own; the repository index is the cluster's
-//! models; load and unload are refused, pointing to the InferenceModel.
+//! models (those the request's bearer token may reach); load and unload are
+//! refused, pointing to the InferenceModel.
+//!
+//! A request that may not reach its model's namespace ([`crate::authorize`])
+//! is refused with 401 and `www-authenticate: Bearer` once its head is
+//! read, before its body.
 //!
 //! Only a model's data plane is forwarded (metadata, ready, config, stats,
 //! infer, generate, generate_stream: [`model_name::ModelCall`]), as on the
@@ -22,6 +27,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use serde_json::json;
 
+use crate::authorize::Refused;
 use crate::forward::{Forward, ForwardError, Payload};
 use crate::metrics::Failure;
 use crate::model_name::{self, HttpRoute, PathError};
@@ -58,6 +64,12 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, 
     let requested = match namespace {
         Some(namespace) if !name.contains('/') => format!("{namespace}/{name}"),
         _ => name,
+    };
+    // Before the body is read: a request that may not reach the model
+    // costs no more than its head.
+    let requested = match gateway.admit(requested, &parts.headers) {
+        Ok(requested) => requested,
+        Err(refused) => return refusal(refused),
     };
     // The pod knows the model by its plain name.
     let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -127,7 +139,7 @@ async fn server(gateway: &Gateway, request: Request<Incoming>, started: Instant)
         "/v2" => {}
         other => return error_json(StatusCode::NOT_FOUND, &format!("no such endpoint: {other}")),
     }
-    let Some(route) = gateway.router.any() else {
+    let Some(route) = gateway.any_route(request.headers()) else {
         return json_reply(
             StatusCode::OK,
             &json!({"name": "nereid-gateway", "version": env!("CARGO_PKG_VERSION"), "extensions": []}),
@@ -151,7 +163,8 @@ async fn server(gateway: &Gateway, request: Request<Incoming>, started: Instant)
 
 /// `/v2/repository/index` from discovery; load and unload refused.
 async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<Reply> {
-    let path = request.uri().path().trim_end_matches('/').to_string();
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().trim_end_matches('/').to_string();
     if path.ends_with("/load") || path.ends_with("/unload") {
         return error_json(
             StatusCode::FORBIDDEN,
@@ -162,7 +175,7 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
     if path != "/v2/repository/index" {
         return error_json(StatusCode::NOT_FOUND, &format!("no such endpoint: {path}"));
     }
-    if request.method() != Method::POST {
+    if parts.method != Method::POST {
         return error_json(
             StatusCode::METHOD_NOT_ALLOWED,
             "the repository index is a POST, as in KServe v2",
@@ -170,7 +183,7 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
     }
     let mut charge = gateway.charge();
     let limits = gateway.limits.control_body();
-    let chunks = match read_while(request.into_body(), limits, &mut charge, |_, _| true).await {
+    let chunks = match read_while(body, limits, &mut charge, |_, _| true).await {
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure(gateway, &error),
     };
@@ -188,9 +201,9 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
             }
         }
     };
+    // Only the namespaces the request's token opens.
     let models: Vec<serde_json::Value> = gateway
-        .router
-        .read(|registry| registry.index())
+        .index(&parts.headers)
         .into_iter()
         .filter(|entry| entry.ready || !ready_only)
         .map(|entry| {
@@ -216,6 +229,22 @@ fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
     };
     gateway.metrics.failed("", failure);
     error_json(status, &error.to_string())
+}
+
+/// A request refused before it was read further: 401 with a bearer
+/// challenge when it may not reach the model, else as if routing had
+/// failed (counted by [`Gateway::admit`]).
+fn refusal(refused: Refused) -> Response<Reply> {
+    match refused {
+        Refused::Unauthorized(error) => {
+            let mut response = error_json(StatusCode::UNAUTHORIZED, &error.to_string());
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            response
+        }
+        Refused::Route(error) => forward_failure(&ForwardError::Route(error)),
+    }
 }
 
 fn forward_failure(error: &ForwardError) -> Response<Reply> {

@@ -21,6 +21,9 @@
 //!   (plain or `namespace/name`) finds one, ambiguity being an error.
 //! - [`router`]: the registry, picker and ejection policy as one call per
 //!   request attempt.
+//! - [`authorize`]: whether a request may reach the model it names, by the
+//!   bearer token its namespace wants ([`namespace_tokens`]), checked once
+//!   the name is resolved and before the body is read on.
 //!
 //! The proxy around it:
 //!
@@ -42,6 +45,7 @@
 
 pub mod admin_front;
 pub mod args;
+pub mod authorize;
 pub mod cap;
 pub mod connection_clock;
 pub mod discovery;
@@ -57,6 +61,7 @@ pub mod load;
 pub mod memory_budget;
 pub mod metrics;
 pub mod model_name;
+pub mod namespace_tokens;
 pub mod picker;
 pub mod pool;
 pub mod registry;

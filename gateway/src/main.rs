@@ -14,6 +14,7 @@ use nereid_gateway::forward::{Upstream, UpstreamOptions};
 use nereid_gateway::listen::Port;
 use nereid_gateway::memory_budget::MemoryBudget;
 use nereid_gateway::metrics::Metrics;
+use nereid_gateway::namespace_tokens::NamespaceTokens;
 use nereid_gateway::registry::Registry;
 use nereid_gateway::router::Router;
 use nereid_gateway::state::Gateway;
@@ -58,6 +59,10 @@ async fn run(args: Args) -> Result<()> {
         }
         PickerKind::RoundRobin => Box::new(RoundRobin::default()),
     };
+    // Before anything listens: a token file that cannot be read stops the
+    // gateway rather than leaving its namespace open.
+    let tokens = NamespaceTokens::load(&args.namespace_tokens, args.require_namespace_tokens)
+        .context("cannot read a --namespace-token file")?;
     let router = Router::new(
         Registry::new(args.default_namespace.clone()),
         picker,
@@ -73,6 +78,7 @@ async fn run(args: Args) -> Result<()> {
         metrics: Metrics::new(),
         limits: args.limits(),
         budget: MemoryBudget::new(args.max_in_flight_bytes),
+        tokens,
         draining: AtomicBool::new(false),
     });
 
@@ -99,6 +105,19 @@ async fn run(args: Args) -> Result<()> {
         picker = ?args.picker, "nereid-gateway listening"
     );
     tracing::info!(limits = ?gateway.limits, max_pod_connections = args.max_pod_connections, "client limits");
+    // Which namespaces want a token, never the tokens.
+    if gateway.tokens.enforced() {
+        let others = if args.require_namespace_tokens {
+            "refused"
+        } else {
+            "open"
+        };
+        tracing::info!(
+            protected = gateway.tokens.protected().join(","),
+            others,
+            "namespaces take requests only with their bearer token"
+        );
+    }
     // The metrics port stops last: the probes and Prometheus see the drain.
     let (stop_fronts, stop_admin) = (CancellationToken::new(), CancellationToken::new());
     let fronts = [

@@ -33,6 +33,9 @@ pub enum Failure {
     /// Refused at one of the gateway's limits (the memory budget, a cap on
     /// streams) rather than for anything wrong with the request.
     Overloaded,
+    /// The request's bearer token does not open the model's namespace
+    /// (`--namespace-token`).
+    Unauthorized,
 }
 
 impl Failure {
@@ -45,6 +48,7 @@ impl Failure {
             Failure::NotServing => "not_serving",
             Failure::Upstream => "upstream",
             Failure::Overloaded => "overloaded",
+            Failure::Unauthorized => "unauthorized",
         }
     }
 }

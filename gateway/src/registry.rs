@@ -83,9 +83,34 @@ pub enum RouteError {
     NoReadyEndpoints { model: String, pods: usize },
 }
 
+/// Where a requested name leads, ready endpoints or not: what a request's
+/// authorization is checked against before its body is read
+/// ([`crate::authorize`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Destination<'a> {
+    /// `namespace/name`: that namespace, whether it holds the name or not.
+    Named { namespace: &'a str },
+    /// A plain name, settled: the default namespace's model of that name,
+    /// or the one model of that name.
+    Resolved(&'a ModelKey),
+    /// A plain name several namespaces hold, none of them the default.
+    Ambiguous(Vec<&'a str>),
+    /// A plain name no namespace holds.
+    Unknown,
+}
+
+/// How a plain name settles.
+enum Plain<'a> {
+    One(&'a ModelKey, &'a ModelEntry),
+    Many(&'a [(ModelKey, ModelEntry)]),
+    None,
+}
+
 /// One model as the repository index lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexEntry {
+    /// The namespace that holds it (what the index is filtered by).
+    pub namespace: String,
     /// The name a request can use: the plain name unless that is
     /// ambiguous, then `namespace/name`.
     pub name: String,
@@ -178,6 +203,7 @@ impl Registry {
                 let plain = holders.len() == 1 || Some(&key.namespace) == self.default_namespace.as_ref();
                 let ready = !entry.endpoints.is_empty();
                 entries.push(IndexEntry {
+                    namespace: key.namespace.clone(),
                     name: if plain { key.name.clone() } else { key.to_string() },
                     ready,
                     reason: if ready {
@@ -191,10 +217,11 @@ impl Registry {
         entries
     }
 
-    /// Some model with a ready endpoint, for the server-level calls any
-    /// pod can answer (server metadata).
-    pub fn any_ready(&self) -> Option<(&ModelKey, &ModelEntry)> {
-        self.models().find(|(_, entry)| !entry.endpoints.is_empty())
+    /// Some model with a ready endpoint in a namespace `allowed` accepts,
+    /// for the server-level calls any pod can answer (server metadata).
+    pub fn any_ready(&self, allowed: impl Fn(&str) -> bool) -> Option<(&ModelKey, &ModelEntry)> {
+        self.models()
+            .find(|(key, entry)| !entry.endpoints.is_empty() && allowed(&key.namespace))
     }
 
     /// The model `requested` names, with at least one ready endpoint.
@@ -209,26 +236,53 @@ impl Registry {
         Ok((key, entry))
     }
 
+    /// Where `requested` leads, without looking at readiness: the same
+    /// choice [`Self::resolve`] makes.
+    pub fn destination<'a>(&'a self, requested: &'a str) -> Destination<'a> {
+        if let Some((namespace, _)) = requested.split_once('/') {
+            return Destination::Named { namespace };
+        }
+        match self.plain(requested) {
+            Plain::One(key, _) => Destination::Resolved(key),
+            Plain::Many(holders) => Destination::Ambiguous(holders.iter().map(|(k, _)| k.namespace.as_str()).collect()),
+            Plain::None => Destination::Unknown,
+        }
+    }
+
     fn find(&self, requested: &str) -> Result<(&ModelKey, &ModelEntry), RouteError> {
         let unknown = || RouteError::Unknown(requested.to_string());
-        let (namespace, name) = match requested.split_once('/') {
-            Some((namespace, name)) => (Some(namespace), name),
-            None => (None, requested),
-        };
-        let holders = self.models.get(name).ok_or_else(unknown)?;
-        let in_namespace = |wanted: &str| holders.iter().find(|(key, _)| key.namespace == wanted);
-        if let Some(namespace) = namespace {
-            return in_namespace(namespace).map(|(k, e)| (k, e)).ok_or_else(unknown);
+        if let Some((namespace, name)) = requested.split_once('/') {
+            let holders = self.models.get(name).ok_or_else(unknown)?;
+            return holders
+                .iter()
+                .find(|(key, _)| key.namespace == namespace)
+                .map(|(k, e)| (k, e))
+                .ok_or_else(unknown);
         }
-        if let Some((key, entry)) = self.default_namespace.as_deref().and_then(in_namespace) {
-            return Ok((key, entry));
-        }
-        match holders.as_slice() {
-            [(key, entry)] => Ok((key, entry)),
-            many => Err(RouteError::Ambiguous {
+        match self.plain(requested) {
+            Plain::One(key, entry) => Ok((key, entry)),
+            Plain::Many(many) => Err(RouteError::Ambiguous {
                 name: requested.to_string(),
                 namespaces: many.iter().map(|(k, _)| k.namespace.clone()).collect(),
             }),
+            Plain::None => Err(unknown()),
+        }
+    }
+
+    /// A plain name: the default namespace's model of that name if it has
+    /// one, else the one namespace's that holds the name.
+    fn plain(&self, name: &str) -> Plain<'_> {
+        let Some(holders) = self.models.get(name) else {
+            return Plain::None;
+        };
+        let in_default = self
+            .default_namespace
+            .as_deref()
+            .and_then(|wanted| holders.iter().find(|(key, _)| key.namespace == wanted));
+        match (in_default, holders.as_slice()) {
+            (Some((key, entry)), _) | (None, [(key, entry)]) => Plain::One(key, entry),
+            (None, []) => Plain::None,
+            (None, many) => Plain::Many(many),
         }
     }
 }
@@ -289,6 +343,45 @@ mod tests {
             registry(Some("other")).resolve("resnet"),
             Err(RouteError::Ambiguous { .. })
         ));
+    }
+
+    #[test]
+    fn a_names_destination_is_the_namespace_resolution_picks() {
+        let registry = registry(None);
+        assert_eq!(
+            registry.destination("team/resnet"),
+            Destination::Named { namespace: "team" }
+        );
+        // A namespace is named whether it holds the model or not.
+        assert_eq!(
+            registry.destination("other/resnet"),
+            Destination::Named { namespace: "other" }
+        );
+        assert_eq!(
+            registry.destination("resnet"),
+            Destination::Ambiguous(vec!["ml", "team"])
+        );
+        // Ready endpoints or not.
+        assert_eq!(registry.destination("bert"), Destination::Resolved(&key("ml", "bert")));
+        assert_eq!(registry.destination("gpt"), Destination::Unknown);
+        let with_default = self::registry(Some("team"));
+        assert_eq!(
+            with_default.destination("resnet"),
+            Destination::Resolved(&key("team", "resnet"))
+        );
+        assert_eq!(with_default.resolve("resnet").unwrap().0, &key("team", "resnet"));
+    }
+
+    #[test]
+    fn any_ready_model_in_an_allowed_namespace() {
+        let registry = registry(None);
+        assert_eq!(registry.any_ready(|_| true).unwrap().0, &key("ml", "resnet"));
+        assert_eq!(
+            registry.any_ready(|namespace| namespace == "team").unwrap().0,
+            &key("team", "resnet")
+        );
+        // ml/bert has no ready endpoint.
+        assert!(registry.any_ready(|namespace| namespace == "other").is_none());
     }
 
     #[test]

@@ -59,14 +59,37 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
-    let read = read_chunks(body, limits, charge, more);
+    let read = read_chunks(body, Vec::new(), limits, charge, more);
     tokio::time::timeout(limits.timeout, read)
         .await
         .unwrap_or_else(|_| Err(ReadError::TimedOut { after: limits.timeout }))
 }
 
+/// Reads the rest of `body` after the `chunks` [`read_while`] read of it
+/// (and charged to `charge`), as if in the same read: its size counted
+/// from the first chunk, and done by `deadline`, when that read began plus
+/// `limits.timeout`. Returns every chunk, the first read's first.
+pub async fn read_rest<B>(
+    body: B,
+    chunks: Vec<Bytes>,
+    limits: BodyLimits,
+    deadline: tokio::time::Instant,
+    charge: &mut Charge,
+) -> Result<Vec<Bytes>, ReadError>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    let read = read_chunks(body, chunks, limits, charge, |_, _| true);
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(read) => read.map(|(chunks, _)| chunks),
+        Err(_) => Err(ReadError::TimedOut { after: limits.timeout }),
+    }
+}
+
 async fn read_chunks<B>(
     mut body: B,
+    mut chunks: Vec<Bytes>,
     limits: BodyLimits,
     charge: &mut Charge,
     mut more: impl FnMut(&[Bytes], usize) -> bool,
@@ -75,8 +98,7 @@ where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
 {
-    let mut chunks = Vec::new();
-    let mut total = 0;
+    let mut total: usize = chunks.iter().map(Bytes::len).sum();
     while more(&chunks, total) {
         let Some(frame) = body.frame().await else {
             return Ok((chunks, None));
@@ -143,6 +165,42 @@ mod tests {
             refused.to_string(),
             "the request body is larger than the gateway's limit of 100 bytes (--max-body-bytes)"
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_read_in_two_steps_has_the_limits_of_one() {
+        let budget = MemoryBudget::new(1 << 20);
+        let chunk = |byte: u8| Ok::<_, Infallible>(http_body::Frame::data(Bytes::from(vec![byte; 40])));
+        let body = || StreamBody::new(futures::stream::iter([chunk(1), chunk(2), chunk(3)]));
+        let deadline = || tokio::time::Instant::now() + LIMITS.timeout;
+
+        // 120 bytes in all: over the limit of 100, counted from the first.
+        let mut charge = Charge::new(&budget);
+        let (first, rest) = read_while(body(), LIMITS, &mut charge, |chunks, _| chunks.is_empty())
+            .await
+            .unwrap();
+        assert_eq!(first.len(), 1);
+        let refused = read_rest(rest.unwrap(), first, LIMITS, deadline(), &mut charge)
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, ReadError::TooLarge { limit: 100, .. }), "{refused}");
+        drop(charge);
+        assert_eq!(budget.held(), 0);
+
+        // Within it: every chunk, in order, all charged.
+        let limits = BodyLimits {
+            max_bytes: 120,
+            ..LIMITS
+        };
+        let mut charge = Charge::new(&budget);
+        let (first, rest) = read_while(body(), limits, &mut charge, |chunks, _| chunks.is_empty())
+            .await
+            .unwrap();
+        let chunks = read_rest(rest.unwrap(), first, limits, deadline(), &mut charge)
+            .await
+            .unwrap();
+        assert_eq!(chunks.iter().map(|c| c[0]).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(budget.held(), 120);
     }
 
     #[tokio::test]

@@ -61,10 +61,11 @@ impl Router {
         })
     }
 
-    /// A ready endpoint of any model, for calls about the server itself.
-    pub fn any(&self) -> Option<Route> {
+    /// A ready endpoint of any model in a namespace `allowed` accepts, for
+    /// calls about the server itself.
+    pub fn any(&self, allowed: impl Fn(&str) -> bool) -> Option<Route> {
         let registry = self.registry.read();
-        let (_, entry) = registry.any_ready()?;
+        let (_, entry) = registry.any_ready(allowed)?;
         self.pick(entry, &[])
     }
 

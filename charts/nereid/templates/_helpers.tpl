@@ -169,6 +169,14 @@ operator's watchNamespaces; empty means all.
 {{- join "," (default .Values.watchNamespaces .Values.gateway.namespaces) }}
 {{- end }}
 
+{{/*
+Where the gateway's namespace tokens are mounted: one folder per
+gateway.namespaceTokens entry, by its index, holding the file "token".
+*/}}
+{{- define "nereid.gatewayTokenDir" -}}
+/var/run/nereid-gateway/namespace-tokens
+{{- end }}
+
 {{/* Stops rendering on gateway values that would deploy a broken gateway. */}}
 {{- define "nereid.gatewayValidate" -}}
 {{- $gateway := .Values.gateway }}
