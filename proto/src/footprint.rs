@@ -62,7 +62,7 @@ pub fn footprint(full_name: &str, wire: &[u8]) -> Result<usize, FootprintError> 
         .get(full_name)
         .ok_or_else(|| FootprintError::UnknownType(full_name.to_string()))?;
     let mut total = FAILURE;
-    walk(schema, index, wire, 0, &mut total);
+    walk(schema, index, wire, &mut 0, wire.len(), 0, &mut total);
     Ok(total)
 }
 
@@ -179,67 +179,89 @@ fn struct_size(messages: &[MessageSchema], index: usize, open: &mut Vec<usize>) 
     size
 }
 
-/// Adds what decoding `wire` as message `index` allocates to `total`.
-fn walk(schema: &Schema, index: usize, mut wire: &[u8], depth: u32, total: &mut usize) {
+/// Adds what decoding `wire[*pos..limit]` as message `index` allocates to
+/// `total`, the cursor left where prost's would be; `false` where prost
+/// fails (the walk stops: prost holds at most what was counted).
+///
+/// It follows prost's reading, not the message's nesting: prost checks an
+/// element's length only against what is left of the *whole* buffer, and
+/// whether a message ended at its boundary only once it has read past it.
+/// So a packed field or a string whose length runs past its enclosing
+/// message is read (and allocated) whole before the error: counted here
+/// the same way.
+fn walk(
+    schema: &Schema,
+    index: usize,
+    wire: &[u8],
+    pos: &mut usize,
+    limit: usize,
+    depth: u32,
+    total: &mut usize,
+) -> bool {
     if depth > MAX_DEPTH {
-        return;
+        return false;
     }
     let fields = &schema.messages[index].fields;
-    while !wire.is_empty() {
-        let Some(key) = varint(&mut wire) else { return };
+    let add = |total: &mut usize, bytes: usize| *total = total.saturating_add(bytes);
+    while *pos < limit {
+        let Some(key) = varint(wire, pos) else { return false };
         let number = (key >> 3) as u32;
+        if number == 0 {
+            return false; // prost: "invalid tag value: 0"
+        }
         let shape = fields
             .binary_search_by_key(&number, |(n, _)| *n)
             .ok()
             .map(|i| fields[i].1);
-        let add = |total: &mut usize, bytes: usize| *total = total.saturating_add(bytes);
         match key & 7 {
             0 => {
-                if varint(&mut wire).is_none() {
-                    return;
+                if varint(wire, pos).is_none() {
+                    return false;
                 }
                 if let Some(Shape::Scalar { size, list: true, .. }) = shape {
                     add(total, GROWTH * size);
                 }
             }
-            1 | 5 => {
-                let width = if key & 7 == 1 { 8 } else { 4 };
-                if wire.len() < width {
-                    return;
+            wire_type @ (1 | 5) => {
+                let width = if wire_type == 1 { 8 } else { 4 };
+                if wire.len() - *pos < width {
+                    return false;
                 }
-                wire = &wire[width..];
+                *pos += width;
                 if let Some(Shape::Scalar { size, list: true, .. }) = shape {
                     add(total, GROWTH * size);
                 }
             }
             2 => {
-                let Some(length) = varint(&mut wire).and_then(|l| usize::try_from(l).ok()) else {
-                    return;
+                let Some(length) = varint(wire, pos).and_then(|l| usize::try_from(l).ok()) else {
+                    return false;
                 };
-                if wire.len() < length {
-                    return;
+                if wire.len() - *pos < length {
+                    return false; // prost: "buffer underflow"
                 }
-                let (payload, rest) = wire.split_at(length);
-                wire = rest;
+                let end = *pos + length;
                 match shape {
                     // Unknown fields are skipped, not kept.
-                    None => {}
+                    None => *pos = end,
                     Some(Shape::Bytes { copied, list }) => {
                         add(total, if copied { length } else { 0 });
                         if list {
                             add(total, GROWTH * HANDLE);
                         }
+                        *pos = end;
                     }
                     Some(Shape::Scalar {
                         size,
                         varint: packed_varints,
                         ..
                     }) => {
+                        // The last element may run past the end (then prost fails).
                         let count = match packed_varints {
-                            true => payload.iter().filter(|b| **b < 0x80).count(),
-                            false => length / size.max(1),
+                            true => wire[*pos..end].iter().filter(|b| **b < 0x80).count() + 1,
+                            false => length.div_ceil(size.max(1)),
                         };
                         add(total, GROWTH * size * count);
+                        *pos = end;
                     }
                     Some(Shape::Message {
                         index: nested,
@@ -252,23 +274,70 @@ fn walk(schema: &Schema, index: usize, mut wire: &[u8], depth: u32, total: &mut 
                         } else if list {
                             add(total, GROWTH * own);
                         }
-                        walk(schema, nested, payload, depth + 1, total);
+                        if !walk(schema, nested, wire, pos, end, depth + 1, total) {
+                            return false;
+                        }
                     }
                 }
             }
-            // Groups (proto2) and wire types that do not exist: prost fails here.
-            _ => return,
+            // A group prost skips (it keeps nothing of it) and goes on after.
+            3 => {
+                if !skip_group(wire, pos, number, depth + 1) {
+                    return false;
+                }
+            }
+            // An end of group outside one, and wire types that do not exist.
+            _ => return false,
+        }
+    }
+    // prost: "delimited length exceeded" when a field ran past the end.
+    *pos == limit
+}
+
+/// Skips a group whose start tag (`number`) was read, as prost does; `false`
+/// where prost fails.
+fn skip_group(wire: &[u8], pos: &mut usize, number: u32, depth: u32) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    loop {
+        let Some(key) = varint(wire, pos) else { return false };
+        let inner = (key >> 3) as u32;
+        if inner == 0 {
+            return false;
+        }
+        let skipped = match key & 7 {
+            0 => varint(wire, pos).is_some(),
+            wire_type @ (1 | 5) => {
+                let width = if wire_type == 1 { 8 } else { 4 };
+                let fits = wire.len() - *pos >= width;
+                *pos += if fits { width } else { 0 };
+                fits
+            }
+            2 => match varint(wire, pos).and_then(|l| usize::try_from(l).ok()) {
+                Some(length) if wire.len() - *pos >= length => {
+                    *pos += length;
+                    true
+                }
+                _ => false,
+            },
+            3 => skip_group(wire, pos, inner, depth + 1),
+            4 => return inner == number,
+            _ => false,
+        };
+        if !skipped {
+            return false;
         }
     }
 }
 
-/// A base-128 varint, advancing `wire` past it.
-fn varint(wire: &mut &[u8]) -> Option<u64> {
+/// A base-128 varint at `wire[*pos..]`, advancing `pos` past it.
+fn varint(wire: &[u8], pos: &mut usize) -> Option<u64> {
     let mut value = 0u64;
-    for (i, byte) in wire.iter().enumerate().take(10) {
+    for (i, byte) in wire[*pos..].iter().enumerate().take(10) {
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
-            *wire = &wire[i + 1..];
+            *pos += i + 1;
             return Some(value);
         }
     }
@@ -395,6 +464,26 @@ mod tests {
             footprint(ModelInferRequest::full_name().as_str(), &unknown).unwrap(),
             FAILURE
         );
+    }
+
+    #[test]
+    fn a_field_that_runs_past_its_message_is_counted_as_prost_reads_it() {
+        // An input whose `contents` is 3 bytes long, holding the start of a
+        // packed uint64 field 2,000 bytes long: prost reads all of it (it
+        // checks lengths against the whole buffer, and the boundary only
+        // afterwards), so the estimate must count all of it too. Found by
+        // the grpc_infer_request fuzz target.
+        let packed = [vec![0x2a, 0xd0, 0x0f], vec![0u8; 2000]].concat();
+        let input = [vec![0x2a, 3], packed].concat();
+        let mut wire = vec![0x2a];
+        wire.extend_from_slice(&[0xd5, 0x0f]); // 2005, the input's length
+        wire.extend_from_slice(&input);
+        let wire = bytes::Bytes::from(wire);
+        assert!(ModelInferRequest::decode(wire.clone()).is_err());
+        let estimate = footprint("inference.ModelInferRequest", &wire).unwrap();
+        let real = measured::<ModelInferRequest>(&wire);
+        assert!(real > 16_000, "prost read the field whole: {real}");
+        assert!(real <= estimate, "prost held {real}, the estimate is {estimate}");
     }
 
     #[test]
