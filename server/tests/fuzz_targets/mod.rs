@@ -347,7 +347,9 @@ pub fn gateway_request(data: &[u8]) {
         if let Ok(path) = std::str::from_utf8(rest) {
             let _ = nereid_gateway::model_name::from_http_path(path);
         }
-    } else if let Ok(Some(name)) = nereid_gateway::model_name::from_grpc_message(rest) {
+    } else if let Ok(Some(name)) = nereid_gateway::model_name::from_grpc_message(rest)
+        && !name.is_empty()
+    {
         assert!(
             rest.windows(name.len()).any(|w| w == name.as_bytes()),
             "a name not in the message"
