@@ -66,6 +66,25 @@ _METRICS_RE = re.compile(r"Started Metrics Service at ([0-9.]+):(\d+)")
 # --------------------------------------------------------------------------
 
 
+def proc_status_value(pid: int, field: str) -> int:
+    """The number of a /proc/<pid>/status field, as written (kB for memory)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+def proc_status(pid: int, field: str) -> int:
+    """A /proc/<pid>/status memory field, in bytes."""
+    return proc_status_value(pid, field) * 1024
+
+
+def reset_peak_rss(pid: int) -> int:
+    """Resets the process's peak RSS (VmHWM) to its current RSS and returns it."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return proc_status(pid, "VmHWM")
+
+
 def server_binary() -> Path:
     """The nereid-server binary: $NEREID_SERVER_BIN or target/debug/nereid-server.
 

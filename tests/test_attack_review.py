@@ -31,22 +31,8 @@ MiB = 1 << 20
 EXIT = ["--exit-timeout-secs", "10"]
 
 
-def _status(pid: int, field: str) -> int:
-    """A /proc/<pid>/status memory field, in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"{field} not in /proc/{pid}/status")
-
-
-def _reset_peak(pid: int) -> int:
-    """Resets the process's peak RSS (VmHWM) to its current RSS and returns it."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return _status(pid, "VmHWM")
-
-
 def _peak_growth(pid: int, before: int) -> int:
-    return _status(pid, "VmHWM") - before
+    return helpers.proc_status(pid, "VmHWM") - before
 
 
 # --------------------------------------------------------------------------
@@ -66,7 +52,7 @@ CONTROL_PATHS = [
 def test_a_control_body_of_zeros_is_refused_without_growing_the_server(server, path):
     # 1 MiB of `[0,0,...]` became a 37 MiB JSON tree before.
     body = b"[" + b"0," * (MiB // 2 - 1) + b"0]"
-    before = _reset_peak(server.pid)
+    before = helpers.reset_peak_rss(server.pid)
     resp = helpers.http_post(server, path, data=body)
     helpers.assert_http_error(resp, 400)
     grown = _peak_growth(server.pid, before)
@@ -82,7 +68,7 @@ def test_a_control_body_over_its_limit_is_refused_as_it_streams_in(server):
             yield chunk
         yield b"0]"
 
-    before = _reset_peak(server.pid)
+    before = helpers.reset_peak_rss(server.pid)
     resp = helpers.http_post(server, "/v2/repository/index", data=body())
     helpers.assert_http_error(resp, 400, contains=["control request"])
     assert _peak_growth(server.pid, before) <= 4 * MiB
@@ -124,7 +110,7 @@ def _raw_call(server: NereidServer, method: str, message: bytes, stream=False):
 def test_a_message_of_empty_inputs_is_refused_by_its_decoded_size(server, stream):
     # 8 MiB of empty inputs grew the server by 1.26 GiB; 48 MiB aborted it.
     message = _empty_inputs_message(8 * MiB)
-    before = _reset_peak(server.pid)
+    before = helpers.reset_peak_rss(server.pid)
     with pytest.raises(grpc.RpcError) as refused:
         replies = _raw_call(server, STREAM if stream else INFER, message, stream=stream)
         # A stream answers its errors in-stream unless asked otherwise.
@@ -160,10 +146,10 @@ def _load_with(server: NereidServer, config: dict) -> requests.Response:
 def test_an_instance_count_over_the_limit_does_not_load(explicit_server, count):
     config = helpers.simple_config_json()
     config["instance_group"] = [{"kind": "KIND_CPU", "count": count}]
-    threads_before = _status_count(explicit_server.pid, "Threads")
+    threads_before = helpers.proc_status_value(explicit_server.pid, "Threads")
     resp = _load_with(explicit_server, config)
     helpers.assert_http_error(resp, 400, contains=["a model may have at most 256"])
-    assert _status_count(explicit_server.pid, "Threads") <= threads_before + 8
+    assert helpers.proc_status_value(explicit_server.pid, "Threads") <= threads_before + 8
     assert explicit_server.proc.poll() is None
 
 
@@ -180,13 +166,6 @@ def test_a_config_override_cannot_point_a_remote_model_anywhere(explicit_server)
     config["parameters"] = {"endpoint": {"string_value": "127.0.0.1:22"}}
     resp = _load_with(explicit_server, config)
     helpers.assert_http_error(resp, 400, contains=["'endpoint'", "only in the model repository"])
-
-
-def _status_count(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"{field} not in /proc/{pid}/status")
 
 
 # --------------------------------------------------------------------------
@@ -212,12 +191,12 @@ def test_a_long_string_sequence_id_is_refused_and_not_remembered(server):
     # 22 sequences with 8 MiB ids left +353 MiB resident, after release.
     client = grpcclient.InferenceServerClient(server.grpc_url)
     try:
-        before = _status(server.pid, "VmRSS")
+        before = helpers.proc_status(server.pid, "VmRSS")
         for n in range(4):
             with pytest.raises(InferenceServerException) as refused:
                 _accumulate(client, f"{n}" + "x" * MiB, start=True, end=True)
             assert "a string id may have at most 256" in refused.value.message()
-        assert _status(server.pid, "VmRSS") - before <= 16 * MiB
+        assert helpers.proc_status(server.pid, "VmRSS") - before <= 16 * MiB
         assert _accumulate(client, "x" * 256, start=True, end=True) == 1
     finally:
         client.close()
@@ -511,7 +490,7 @@ def test_concurrent_json_answers_stay_within_the_budget(tmp_path_factory):
             "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": False}}],
         }
         body, headers = helpers.binary_body(header, [values.tobytes()])
-        idle = _reset_peak(srv.pid)
+        idle = helpers.reset_peak_rss(srv.pid)
 
         def send(_):
             resp = requests.post(f"{srv.base_url}/v2/models/identity/infer", data=body, headers=headers, timeout=120)
@@ -519,7 +498,7 @@ def test_concurrent_json_answers_stay_within_the_budget(tmp_path_factory):
 
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(pool.map(send, range(4)))
-        peak = _status(srv.pid, "VmHWM") - idle
+        peak = helpers.proc_status(srv.pid, "VmHWM") - idle
         assert {status for status, _ in results} <= {200, 503}, results
         assert all("--max-in-flight-bytes" in m for s, m in results if s == 503), results
         # The bound of docs/hardening.md: the budget, a quarter MiB per

@@ -30,20 +30,6 @@ ADMIN = {"admin-key": "let-me-in"}
 EXIT = ["--exit-timeout-secs", "10"]
 
 
-def _status(pid: int, field: str) -> int:
-    """A /proc/<pid>/status memory field, in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError(f"{field} not in /proc/{pid}/status")
-
-
-def _reset_peak(pid: int) -> int:
-    """Resets the process's peak RSS (VmHWM) to its current RSS and returns it."""
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
-    return _status(pid, "VmHWM")
-
-
 # --------------------------------------------------------------------------
 # Critical 1: a claimed shape must never size an allocation
 # --------------------------------------------------------------------------
@@ -65,10 +51,10 @@ def test_a_huge_shape_with_a_large_body_stays_within_twice_the_body(server):
         + data
         + b"}]}"
     )
-    before = _reset_peak(server.pid)
+    before = helpers.reset_peak_rss(server.pid)
     resp = helpers.post_infer(server, "identity", body, headers={"Content-Type": "application/json"})
     helpers.assert_http_error(resp, 400, contains=["INPUT0", "more than"])
-    grown = _status(server.pid, "VmHWM") - before
+    grown = helpers.proc_status(server.pid, "VmHWM") - before
     assert grown <= 2 * len(body), f"peak RSS grew by {grown} bytes for a {len(body)}-byte body"
     helpers.assert_simple_works(server)
 
@@ -340,7 +326,7 @@ def _max_size_json_body() -> bytes:
 
 def test_64_concurrent_maximum_size_json_requests_stay_under_the_budget(budget_server):
     body = _max_size_json_body()
-    idle = _reset_peak(budget_server.pid)
+    idle = helpers.reset_peak_rss(budget_server.pid)
 
     def send(_):
         r = requests.post(
@@ -353,7 +339,7 @@ def test_64_concurrent_maximum_size_json_requests_stay_under_the_budget(budget_s
 
     with ThreadPoolExecutor(max_workers=64) as pool:
         results = list(pool.map(send, range(64)))
-    peak = _status(budget_server.pid, "VmHWM") - idle
+    peak = helpers.proc_status(budget_server.pid, "VmHWM") - idle
     statuses = [s for s, _ in results]
     assert set(statuses) <= {200, 503}, results[:5]
     assert statuses.count(200) >= 1, "nothing got through"
