@@ -20,7 +20,7 @@ use prost::{Message, Name};
 use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
-use crate::footprint::footprint;
+use crate::footprint::footprint_of;
 
 /// Grants (and accounts for) the memory a message will take once decoded.
 pub trait DecodeAllowance: Send + Sync {
@@ -39,12 +39,11 @@ pub async fn with_allowance<F: Future>(allowance: Arc<dyn DecodeAllowance>, futu
 }
 
 /// Asks the current task's allowance, if any, for `wire` decoded as `M`.
-pub fn admit<M: Name>(wire: &[u8]) -> Result<(), Status> {
+pub fn admit<M: Name + 'static>(wire: &[u8]) -> Result<(), Status> {
     ALLOWANCE
         .try_with(|allowance| {
-            let name = M::full_name();
-            let decoded = footprint(&name, wire).map_err(|e| Status::internal(e.to_string()))?;
-            allowance.admit(&name, wire.len(), decoded)
+            let (decoded, name) = footprint_of::<M>(wire).map_err(|e| Status::internal(e.to_string()))?;
+            allowance.admit(name, wire.len(), decoded)
         })
         .unwrap_or(Ok(()))
 }
@@ -98,7 +97,7 @@ impl<T: Message> Encoder for BoundedEncoder<T> {
 #[derive(Debug)]
 pub struct BoundedDecoder<U>(PhantomData<U>);
 
-impl<U: Message + Name + Default> Decoder for BoundedDecoder<U> {
+impl<U: Message + Name + Default + 'static> Decoder for BoundedDecoder<U> {
     type Item = U;
     type Error = Status;
 

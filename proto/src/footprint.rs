@@ -55,6 +55,39 @@ pub enum FootprintError {
 
 /// The heap bytes decoding `wire` as the message type `full_name` will hold
 /// at most (the bytes of `wire` itself not included).
+/// [`footprint`] for the message type `M`, with its full name; no string is
+/// built (this runs for every message the server decodes).
+pub fn footprint_of<M: prost::Name + 'static>(wire: &[u8]) -> Result<(usize, &'static str), FootprintError> {
+    let schema: &'static Schema = &SCHEMA;
+    let type_id = std::any::TypeId::of::<M>();
+    let known = schema
+        .by_type
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&type_id)
+        .copied();
+    let (index, full_name) = match known {
+        Some(found) => found,
+        None => {
+            let name = M::full_name();
+            let (full_name, index) = schema
+                .by_name
+                .get_key_value(name.as_str())
+                .ok_or(FootprintError::UnknownType(name))?;
+            let found = (*index, full_name.as_str());
+            schema
+                .by_type
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(type_id, found);
+            found
+        }
+    };
+    let mut total = FAILURE;
+    walk(schema, index, wire, &mut 0, wire.len(), 0, &mut total);
+    Ok((total, full_name))
+}
+
 pub fn footprint(full_name: &str, wire: &[u8]) -> Result<usize, FootprintError> {
     let schema = &*SCHEMA;
     let index = *schema
@@ -87,6 +120,9 @@ struct MessageSchema {
 struct Schema {
     messages: Vec<MessageSchema>,
     by_name: HashMap<String, usize>,
+    /// Each Rust type looked up so far, with its full name: after the first
+    /// message of a type, found without building a string.
+    by_type: std::sync::RwLock<HashMap<std::any::TypeId, (usize, &'static str)>>,
 }
 
 static SCHEMA: LazyLock<Schema> =
@@ -154,7 +190,11 @@ impl Schema {
             let size = struct_size(&messages, index, &mut Vec::new());
             messages[index].size = size;
         }
-        Schema { messages, by_name }
+        Schema {
+            messages,
+            by_name,
+            by_type: Default::default(),
+        }
     }
 }
 
@@ -484,6 +524,25 @@ mod tests {
         let real = measured::<ModelInferRequest>(&wire);
         assert!(real > 16_000, "prost read the field whole: {real}");
         assert!(real <= estimate, "prost held {real}, the estimate is {estimate}");
+    }
+
+    #[test]
+    fn a_type_is_found_by_its_rust_type_as_by_its_full_name() {
+        let request = ModelInferRequest {
+            inputs: vec![InferInputTensor::default(); 3],
+            ..Default::default()
+        };
+        let wire = request.encode_to_vec();
+        let by_full_name = footprint("inference.ModelInferRequest", &wire).unwrap();
+        assert_eq!(
+            footprint_of::<ModelInferRequest>(&wire).unwrap(),
+            (by_full_name, "inference.ModelInferRequest")
+        );
+        let input = InferInputTensor::default().encode_to_vec();
+        assert_eq!(
+            footprint_of::<InferInputTensor>(&input).unwrap().1,
+            "inference.ModelInferRequest.InferInputTensor"
+        );
     }
 
     #[test]
