@@ -146,11 +146,15 @@ impl Drop for TestServer {
     }
 }
 
-/// A fresh folder under the target directory for a test's repository.
+/// A fresh folder under the target directory for a test's repository, its
+/// own even when tests of one binary (one process) run at once and ask for
+/// the same name: one removing the other's folder made them fail at random.
 pub fn scratch(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = repo_root()
         .join("target/test-scratch")
-        .join(format!("{name}-{}", std::process::id()));
+        .join(format!("{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
