@@ -94,7 +94,7 @@ impl BatchInput {
     }
 }
 
-/// What one execution produced and how long its phases took.
+/// What one batched execution produced and how long its phases took.
 #[derive(Debug)]
 pub struct Execution {
     /// Every output the model produces, batched.
@@ -102,27 +102,59 @@ pub struct Execution {
     pub timing: ComputeTiming,
 }
 
-/// A loaded copy of a model that runs one batch at a time.
-pub trait ModelInstance: Send {
-    /// Runs one batch. Inputs are validated and in the shapes the model
-    /// expects.
-    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution>;
+/// The requests of one execution, in batch order: each one's inputs and
+/// its rows along the batch dimension.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub requests: Vec<Vec<Tensor>>,
+    pub sizes: Vec<usize>,
+}
 
-    /// Runs the requests of a decoupled model (`model_transaction_policy {
-    /// decoupled: true }`): each request's inputs, and a sink that takes any
-    /// number of responses per request. Returning ends every request (the
-    /// final flag); an error fails those not ended yet. Only backends whose
-    /// [`Backend::decoupled`] says so are asked.
-    fn execute_decoupled(&mut self, requests: Vec<Vec<Tensor>>, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
-        let _ = (requests, sink);
-        Err(crate::error::Error::unsupported(
-            "this backend cannot run decoupled models",
-        ))
+impl Batch {
+    /// Rows in all.
+    pub fn rows(&self) -> usize {
+        self.sizes.iter().sum()
     }
 }
 
-/// Where a decoupled model's responses go, request by request (by their
-/// position in the execution).
+/// A loaded copy of a model that runs one batch at a time.
+///
+/// One execute for every kind of model: the instance gets the batch's
+/// requests and a sink, and sends each request its responses (one for an
+/// ordinary model, any number for a decoupled one). Returning ends every
+/// request (the final flag); an error fails those the sink has not ended.
+/// Backends that compute a batch as one set of tensors implement
+/// [`BatchedInstance`] instead, which does the batching for them.
+pub trait ModelInstance: Send {
+    fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming>;
+}
+
+/// An instance that runs a batch as batched tensors: its inputs are
+/// assembled once, and its outputs cut per request, each request's piece
+/// its one response.
+pub trait BatchedInstance: Send {
+    /// Runs one batch. Inputs are validated and in the shapes the model
+    /// expects.
+    fn run(&mut self, inputs: Vec<BatchInput>) -> Result<Execution>;
+}
+
+impl<T: BatchedInstance> ModelInstance for T {
+    fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+        let Batch { requests, sizes } = batch;
+        let execution = self.run(crate::batch::assemble(requests, &sizes))?;
+        let per_request = match sizes.len() {
+            1 => vec![execution.outputs],
+            _ => crate::batch::split(execution.outputs, &sizes)?,
+        };
+        for (request, outputs) in per_request.into_iter().enumerate() {
+            sink.send(request, outputs);
+        }
+        Ok(execution.timing)
+    }
+}
+
+/// Where an execution's responses go, request by request (by their
+/// position in the batch).
 pub trait ResponseSink {
     /// Sends one response of `request`. `false` when its client has gone
     /// away: the backend should stop working for it.
@@ -130,6 +162,42 @@ pub trait ResponseSink {
 
     /// Whether `request`'s client has gone away.
     fn is_cancelled(&self, request: usize) -> bool;
+}
+
+/// Runs one request of `rows` rows on the calling thread and returns its
+/// one response (an instance that sends none fails it).
+pub fn execute_one(
+    instance: &mut dyn ModelInstance,
+    inputs: Vec<Tensor>,
+    rows: usize,
+) -> Result<(Vec<Tensor>, ComputeTiming)> {
+    let mut sink = OneResponse(None);
+    let batch = Batch {
+        requests: vec![inputs],
+        sizes: vec![rows],
+    };
+    let timing = instance.execute(batch, &mut sink)?;
+    let outputs = sink
+        .0
+        .ok_or_else(|| crate::error::Error::internal("the model instance sent no response"))?;
+    Ok((outputs, timing))
+}
+
+/// Keeps the one response of a batch of one.
+struct OneResponse(Option<Vec<Tensor>>);
+
+impl ResponseSink for OneResponse {
+    fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
+        if request != 0 || self.0.is_some() {
+            return false;
+        }
+        self.0 = Some(outputs);
+        true
+    }
+
+    fn is_cancelled(&self, _: usize) -> bool {
+        false
+    }
 }
 
 /// A kind of model implementation.

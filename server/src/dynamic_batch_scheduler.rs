@@ -14,19 +14,22 @@
 pub mod policy;
 pub mod queue;
 
+#[cfg(test)]
+mod paused_tests;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nereid_proto::inference::{ModelConfig, ModelDynamicBatching, ModelQueuePolicy, model_queue_policy};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use self::policy::{BatchPolicy, Decision};
-use self::queue::{Entry, LevelPolicy, Queue, TimeoutAction};
-use crate::batch::BatchKey;
+use self::queue::{LevelPolicy, Queue, TimeoutAction};
 use crate::error::{Error, Result};
 use crate::instance_pool::{Finished, InstancePool, Job};
 use crate::parameter::Parameters;
-use crate::scheduler::Pending;
+use crate::scheduler::Request;
 use crate::scheduler::ordering::Reorderer;
 
 /// Requests in transit from handlers to the actor, beyond the per-level limits.
@@ -140,7 +143,7 @@ fn queue_policy(policy: Option<&ModelQueuePolicy>) -> LevelPolicy {
 pub struct DynamicBatchScheduler {
     model: String,
     config: BatcherConfig,
-    intake: mpsc::Sender<Entry>,
+    intake: mpsc::Sender<Request>,
 }
 
 impl DynamicBatchScheduler {
@@ -175,19 +178,15 @@ impl DynamicBatchScheduler {
         }))
     }
 
-    /// Checks the request's `priority` and `timeout` parameters and queues
-    /// it; `key` says which requests it may share a batch with.
-    pub fn enqueue(&self, pending: Pending, key: BatchKey, parameters: &Parameters) -> Result<()> {
-        let level = self.level(parameters)?;
+    /// Reads the request's `priority` and `timeout` parameters into its
+    /// level and deadline, and queues it.
+    pub fn enqueue(&self, mut request: Request) -> Result<()> {
+        let level = self.level(&request.parameters)?;
         let policy = &self.config.levels[level];
-        let timeout = self.timeout(parameters, policy)?.or(policy.default_timeout);
-        let entry = Entry {
-            deadline: timeout.map(|t| pending.arrived + t),
-            pending,
-            key,
-            level,
-        };
-        self.intake.try_send(entry).map_err(|e| match e {
+        let timeout = self.timeout(&request.parameters, policy)?.or(policy.default_timeout);
+        request.priority = level;
+        request.deadline = timeout.map(|t| request.enqueued_at + t);
+        self.intake.try_send(request).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => Error::unavailable("Exceeds maximum queue size"),
             mpsc::error::TrySendError::Closed(_) => Error::unavailable(format!("model '{}' is unloading", self.model)),
         })
@@ -259,7 +258,7 @@ struct Actor {
     idle_instances: usize,
     /// When an instance last became free while all were busy (or the start).
     free_since: Instant,
-    requests: mpsc::Receiver<Entry>,
+    requests: mpsc::Receiver<Request>,
     idle: mpsc::UnboundedReceiver<Finished>,
 }
 
@@ -268,17 +267,14 @@ impl Actor {
         loop {
             let now = Instant::now();
             for expired in self.queue.expire(now) {
-                expired
-                    .pending
-                    .reply
-                    .send(Err(Error::unavailable("Request timeout expired")));
+                expired.responder.fail(Error::unavailable("Request timeout expired"));
             }
             let mut wake = None;
             while self.idle_instances > 0 {
                 let candidates = self.queue.candidates(self.policy.max_batch_size + 1);
                 match policy::decide(&candidates, now, self.free_since, &self.policy) {
                     Decision::Dispatch(n) => {
-                        let requests = self.queue.take(n).into_iter().map(|e| e.pending).collect();
+                        let requests = self.queue.take(n);
                         if let Err(e) = self.pool.try_submit(Job { requests }) {
                             tracing::error!(error = %e, "could not hand a batch to the instances");
                         }
@@ -297,7 +293,7 @@ impl Actor {
             };
             let sleep = async {
                 match deadline {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
@@ -316,11 +312,8 @@ impl Actor {
                 () = sleep => {}
             }
         }
-        for entry in self.queue.drain() {
-            entry
-                .pending
-                .reply
-                .send(Err(Error::unavailable("the model was unloaded")));
+        for request in self.queue.drain() {
+            request.responder.fail(Error::unavailable("the model was unloaded"));
         }
         // Answers already handed back go out; an instance that finishes
         // later finds the channel closed and sends its own.
@@ -330,16 +323,13 @@ impl Actor {
         }
     }
 
-    fn accept(&mut self, mut entry: Entry) {
+    fn accept(&mut self, mut request: Request) {
         // Ordering starts when the request is accepted, not when it was sent.
         if let Some(reorderer) = &self.reorderer {
-            entry.pending.reply = entry.pending.reply.in_order_of(reorderer);
+            request.responder = request.responder.in_order_of(reorderer);
         }
-        if let Err(rejected) = self.queue.push(entry) {
-            rejected
-                .pending
-                .reply
-                .send(Err(Error::unavailable("Exceeds maximum queue size")));
+        if let Err(rejected) = self.queue.push(request) {
+            rejected.responder.fail(Error::unavailable("Exceeds maximum queue size"));
         }
     }
 }

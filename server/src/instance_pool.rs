@@ -2,9 +2,12 @@
 //!
 //! Each thread owns its backend instance (an ONNX Runtime session's `run`
 //! is blocking and CPU-heavy, so it never runs on the async runtime) and
-//! takes jobs from one shared queue, so whichever instance is free takes the
-//! next one. A job is a batch of one or more requests: the thread assembles
-//! the inputs, executes once, cuts the outputs per request and answers each.
+//! takes jobs from a queue: one shared by all instances, so whichever is
+//! free takes the next job, or, for the sequence batcher, one per instance,
+//! so a sequence stays where its state is. A job is a batch of one or more
+//! requests: the thread executes it once and the instance sends each
+//! request its responses through a sink ([`ResponseSink`]): one each for an
+//! ordinary model, any number for a decoupled one, the same code for both.
 //! With a dynamic batcher in front, each thread says when it is idle again,
 //! so batches are formed only when an instance can take them, and hands the
 //! finished job's answers back with that word ([`Finished`]) for the
@@ -27,11 +30,10 @@ use nereid_proto::inference::ModelConfig;
 use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{Backend, Device, InstanceSpec, ModelInstance, ResponseSink};
-use crate::batch;
+use crate::backend::{self, Backend, Batch, Device, InstanceSpec, ModelInstance, ResponseSink};
 use crate::error::{Error, Result};
-use crate::scheduler::{Pending, Reply};
-use crate::statistics::ModelStatistics;
+use crate::scheduler::{Outcome, Request, Responder};
+use crate::statistics::{ComputeTiming, ModelStatistics};
 use crate::tensor::Tensor;
 use crate::trace::{self, RequestTrace};
 
@@ -41,13 +43,13 @@ const QUEUE_PER_INSTANCE: usize = 256;
 /// Requests that execute together.
 #[derive(Debug)]
 pub struct Job {
-    pub requests: Vec<Pending>,
+    pub requests: Vec<Request>,
 }
 
 impl Job {
-    pub fn single(pending: Pending) -> Self {
+    pub fn single(request: Request) -> Self {
         Job {
-            requests: vec![pending],
+            requests: vec![request],
         }
     }
 }
@@ -72,7 +74,18 @@ pub struct InstanceSource {
     pub idle: Option<UnboundedSender<Finished>>,
 }
 
-/// A finished job's answers, each with the reply it goes to.
+impl InstanceSource {
+    /// Whether the model is decoupled: its responses stream out as the
+    /// instance sends them.
+    fn decoupled(&self) -> bool {
+        self.config
+            .model_transaction_policy
+            .as_ref()
+            .is_some_and(|p| p.decoupled)
+    }
+}
+
+/// A finished job's answers, each with the responder it goes to.
 ///
 /// Sending a request's answer wakes its task. From an instance thread, each
 /// wake pushes the task onto the runtime's shared queue under the runtime's
@@ -83,14 +96,14 @@ pub struct InstanceSource {
 /// idle), the wakes go to that worker's own queue.
 #[derive(Debug, Default)]
 pub struct Finished {
-    answers: Vec<(Reply, Result<Vec<Tensor>>)>,
+    answers: Vec<(Responder, Outcome)>,
 }
 
 impl Finished {
     /// Sends every answer.
     pub fn send(self) {
-        for (reply, outcome) in self.answers {
-            reply.send(outcome);
+        for (responder, outcome) in self.answers {
+            responder.answer(outcome);
         }
     }
 }
@@ -145,7 +158,7 @@ impl Inline {
     }
 
     /// Runs one request now and returns its outputs: it never waits in a
-    /// queue, so it needs no [`Pending`], no payload to cancel and no reply
+    /// queue, so it needs no [`Request`], no payload to cancel and no
     /// channel, only the statistics a queued request would have (a queue
     /// time of zero: it starts when it `arrived`).
     pub fn run_now(
@@ -164,15 +177,13 @@ impl Inline {
             }
             None => Vec::new(),
         };
-        execute(
-            &self.source,
-            instance.as_mut(),
-            arrived,
-            vec![inputs],
-            &[batch_size],
-            &traces,
-            Ok,
-        )
+        let mut outputs = None;
+        execute(&self.source, instance.as_mut(), arrived, &[batch_size], &traces, |instance| {
+            let (produced, timing) = backend::execute_one(instance, inputs, batch_size)?;
+            outputs = Some(produced);
+            Ok(timing)
+        })?;
+        outputs.ok_or_else(|| Error::internal("the model instance sent no response"))
     }
 }
 
@@ -182,12 +193,7 @@ impl InstancePool {
     /// stop and the first reason is returned. Blocking: call it from a
     /// blocking context.
     pub fn start(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
-        let decoupled = source
-            .config
-            .model_transaction_policy
-            .as_ref()
-            .is_some_and(|p| p.decoupled);
-        if source.idle.is_none() && !decoupled && source.backend.runs_inline(&source.config) {
+        if source.idle.is_none() && !source.decoupled() && source.backend.runs_inline(&source.config) {
             return Ok(InstancePool {
                 queues: Vec::new(),
                 inline: Some(Inline::start(source, placements)?),
@@ -280,6 +286,16 @@ impl InstancePool {
     }
 }
 
+#[cfg(test)]
+impl InstancePool {
+    /// A pool of `lanes` queues and no instances: the test takes the jobs
+    /// and answers them itself, at the moment it chooses.
+    pub fn without_instances(lanes: usize) -> (InstancePool, Vec<Receiver<Job>>) {
+        let (queues, receivers) = (0..lanes).map(|_| crossbeam_channel::unbounded::<Job>()).unzip();
+        (InstancePool { queues, inline: None }, receivers)
+    }
+}
+
 /// The life of one instance thread: create the instance, report, run jobs
 /// until the queue closes.
 fn worker(
@@ -301,18 +317,7 @@ fn worker(
         // guard keeps the thread (and every request queued behind it) alive
         // even if bookkeeping around the batch ever panics. Requests whose
         // replies are lost that way get "stopped before answering".
-        let decoupled = source
-            .config
-            .model_transaction_policy
-            .as_ref()
-            .is_some_and(|p| p.decoupled);
-        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| match decoupled {
-            true => {
-                run_decoupled(source, instance.as_mut(), job);
-                Finished::default()
-            }
-            false => run(source, instance.as_mut(), job),
-        }));
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(source, instance.as_mut(), job)));
         let finished = ran.unwrap_or_else(|_| {
             tracing::error!(model = %source.model, version = source.version, "a job panicked outside its batch; the instance goes on");
             Finished::default()
@@ -346,92 +351,96 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
 struct Admitted {
     inputs: Vec<Tensor>,
     batch_size: usize,
-    reply: Reply,
+    responder: Responder,
     trace: Option<Arc<RequestTrace>>,
 }
 
-/// Takes `pending` out of the queue (its pending count drops either way)
+/// Takes `request` out of the queue (its pending count drops either way)
 /// and records its queue time, or `None` when its caller went away: its
 /// inputs are already gone from its payload, and it gets no compute.
-fn admit(source: &InstanceSource, started: Instant, pending: Pending) -> Option<Admitted> {
-    let inputs = pending.payload.take()?;
-    if pending.reply.is_closed() {
+fn admit(source: &InstanceSource, started: Instant, request: Request) -> Option<Admitted> {
+    let inputs = request.payload.take()?;
+    if request.responder.is_closed() {
         return None;
     }
-    drop(pending.queued);
-    source
-        .statistics
-        .record_queue(started.saturating_duration_since(pending.arrived));
-    if let Some(trace) = &pending.trace {
-        trace.child("queue", pending.arrived, started);
+    let Request {
+        batch_size,
+        responder,
+        trace,
+        span,
+        queued,
+        enqueued_at,
+        ..
+    } = request;
+    drop(queued);
+    let waited = tokio::time::Instant::now().saturating_duration_since(enqueued_at);
+    source.statistics.record_queue(waited);
+    if let Some(trace) = &trace {
+        trace.child("queue", started.checked_sub(waited).unwrap_or(started), started);
     }
+    // The instance thread's line about the request, inside its span (its
+    // model, version and id).
+    tracing::debug!(parent: &span, queued_us = waited.as_micros() as u64, "taken up by an instance");
     Some(Admitted {
         inputs,
-        batch_size: pending.batch_size,
-        reply: pending.reply,
-        trace: pending.trace,
+        batch_size,
+        responder,
+        trace,
     })
 }
 
-/// Runs a job and returns its answers, for the caller to send.
+/// Runs a job: each request's responses go out through the sink as the
+/// instance sends them, or, for an ordinary model's one answer, come back
+/// in the [`Finished`] for the caller to send.
 fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) -> Finished {
     let started = Instant::now();
-    // A request whose caller went away gets no compute: its inputs are
-    // already gone from its payload.
-    let mut replies = Vec::with_capacity(job.requests.len());
-    let mut inputs = Vec::with_capacity(job.requests.len());
-    let mut sizes = Vec::with_capacity(job.requests.len());
+    let mut responders = Vec::with_capacity(job.requests.len());
+    let mut batch = Batch::default();
     let mut traces: Vec<Arc<RequestTrace>> = Vec::new();
-    for pending in job.requests {
-        let Some(admitted) = admit(source, started, pending) else {
+    for request in job.requests {
+        let Some(admitted) = admit(source, started, request) else {
             continue;
         };
         traces.extend(admitted.trace);
-        sizes.push(admitted.batch_size);
-        replies.push(admitted.reply);
-        inputs.push(admitted.inputs);
+        batch.sizes.push(admitted.batch_size);
+        batch.requests.push(admitted.inputs);
+        responders.push(Some(admitted.responder));
     }
-    if replies.is_empty() {
+    if responders.is_empty() {
         return Finished::default();
     }
-    let outcome = execute(source, instance, started, inputs, &sizes, &traces, |outputs| {
-        if sizes.len() == 1 {
-            Ok(vec![outputs])
-        } else {
-            batch::split(outputs, &sizes)
-        }
-    });
-    let answers = match outcome {
-        Ok(per_request) => replies.into_iter().zip(per_request.into_iter().map(Ok)).collect(),
-        Err(e) => replies.into_iter().map(|reply| (reply, Err(e.clone()))).collect(),
+    let sizes = batch.sizes.clone();
+    let mut sink = Sinks {
+        responders,
+        streaming: source.decoupled(),
+        answers: Vec::new(),
     };
-    Finished { answers }
+    let outcome = execute(source, instance, started, &sizes, &traces, |instance| {
+        instance.execute(batch, &mut sink)
+    });
+    sink.end(outcome.err())
 }
 
-/// Executes one batch made of `inputs` (per request, `sizes` rows each),
-/// records it, and hands its outputs (batched) to `finish`, which cuts
-/// them per request. Nothing in here may take the thread down: a panic
-/// anywhere (backend, batch assembly, statistics, splitting) fails this
-/// batch and only it.
-fn execute<R>(
+/// Executes one batch of `sizes` rows per request with `run`, records it,
+/// and returns how long it took. Nothing in here may take the thread
+/// down: a panic anywhere (backend, batch assembly, statistics, splitting)
+/// fails this batch and only it.
+fn execute(
     source: &InstanceSource,
     instance: &mut dyn ModelInstance,
     started: Instant,
-    inputs: Vec<Vec<Tensor>>,
     sizes: &[usize],
     traces: &[Arc<RequestTrace>],
-    finish: impl FnOnce(Vec<Tensor>) -> Result<R>,
-) -> Result<R> {
+    run: impl FnOnce(&mut dyn ModelInstance) -> Result<ComputeTiming>,
+) -> Result<()> {
     let _executing = source.statistics.executing(sizes.len());
     std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let batch_inputs = batch::assemble(inputs, sizes);
-        let execution = instance.execute(batch_inputs)?;
+        let timing = run(instance)?;
         let total: usize = sizes.iter().sum();
         source
             .statistics
-            .record_execution(total as u64, sizes.len() as u64, execution.timing);
+            .record_execution(total as u64, sizes.len() as u64, timing);
         if !traces.is_empty() {
-            let timing = execution.timing;
             for trace in traces {
                 trace.compute(started, timing);
             }
@@ -439,7 +448,7 @@ fn execute<R>(
             let ended = started + timing.input + timing.infer + timing.output;
             trace::request::batch(&traced, started, ended, total);
         }
-        finish(execution.outputs)
+        Ok(())
     }))
     .unwrap_or_else(|panic| {
         let what = panic_message(panic.as_ref());
@@ -448,65 +457,57 @@ fn execute<R>(
     })
 }
 
-/// Runs a decoupled model's job: each request's responses go out as the
-/// backend sends them, and a request ends (its stream closes) when the
-/// execution returns. A client that went away makes `send` return false,
-/// so the backend stops working for it.
-fn run_decoupled(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) {
-    let started = Instant::now();
-    let mut streams = Vec::with_capacity(job.requests.len());
-    let mut inputs = Vec::with_capacity(job.requests.len());
-    let mut rows = 0;
-    for pending in job.requests {
-        let Some(mut admitted) = admit(source, started, pending) else {
-            continue;
-        };
-        let Some(stream) = admitted.reply.take_stream() else {
-            admitted.reply.send(Err(Error::internal(
-                "a decoupled model's request came without a stream to answer on",
-            )));
-            continue;
-        };
-        rows += admitted.batch_size;
-        streams.push(Some(stream));
-        inputs.push(admitted.inputs);
-    }
-    if streams.is_empty() {
-        return;
-    }
-    let _executing = source.statistics.executing(streams.len());
-    let requests = streams.len() as u64;
-    let mut sink = StreamSink { streams: &mut streams };
-    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| instance.execute_decoupled(inputs, &mut sink)))
-        .unwrap_or_else(|panic| {
-            let what = panic_message(panic.as_ref());
-            tracing::error!(model = %source.model, version = source.version, panic = %what, "a decoupled execution panicked; its requests fail, the instance goes on");
-            Err(Error::internal(format!("the model instance panicked while executing: {what}")))
-        });
-    match outcome {
-        Ok(timing) => source.statistics.record_execution(rows as u64, requests, timing),
-        Err(e) => {
-            for stream in streams.iter().flatten() {
-                let _ = stream.blocking_send(Err(e.clone()));
+/// The responders of one execution, by request position.
+struct Sinks {
+    /// `None` once a request has ended (answered, or its client gone).
+    responders: Vec<Option<Responder>>,
+    /// A decoupled model: responses go out from this thread as they come,
+    /// waiting while a client reads slower than the model answers.
+    streaming: bool,
+    /// An ordinary model's answers, sent after the execution.
+    answers: Vec<(Responder, Outcome)>,
+}
+
+impl Sinks {
+    /// Ends every request the execution left open: with its `error`, or,
+    /// after a decoupled execution, with the final flag. An ordinary
+    /// request must have had its answer.
+    fn end(mut self, error: Option<Error>) -> Finished {
+        for responder in self.responders.into_iter().flatten() {
+            match (&error, self.streaming) {
+                (Some(e), true) => {
+                    responder.blocking_send(Err(e.clone()));
+                }
+                (Some(e), false) => self.answers.push((responder, Err(e.clone()))),
+                // Dropped: the stream's end.
+                (None, true) => {}
+                (None, false) => {
+                    let missing = Error::internal("the model instance sent no response");
+                    self.answers.push((responder, Err(missing)));
+                }
             }
         }
+        Finished { answers: self.answers }
     }
-    // Dropping the streams ends every request: its final response.
 }
 
-/// The streams of one decoupled execution, by request position.
-struct StreamSink<'a> {
-    streams: &'a mut [Option<tokio::sync::mpsc::Sender<Result<Vec<Tensor>>>>],
-}
-
-impl ResponseSink for StreamSink<'_> {
+impl ResponseSink for Sinks {
     fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
-        let Some(slot) = self.streams.get_mut(request) else {
+        let Some(slot) = self.responders.get_mut(request) else {
             return false;
         };
+        if !self.streaming {
+            // An ordinary model's one answer ends its request.
+            return match slot.take() {
+                Some(responder) => {
+                    self.answers.push((responder, Ok(outputs)));
+                    true
+                }
+                None => false,
+            };
+        }
         match slot {
-            // Waits while the client is slower than the model: backpressure.
-            Some(stream) if stream.blocking_send(Ok(outputs)).is_ok() => true,
+            Some(responder) if responder.blocking_send(Ok(outputs)) => true,
             _ => {
                 *slot = None;
                 false
@@ -515,10 +516,10 @@ impl ResponseSink for StreamSink<'_> {
     }
 
     fn is_cancelled(&self, request: usize) -> bool {
-        self.streams
+        self.responders
             .get(request)
             .and_then(Option::as_ref)
-            .is_none_or(tokio::sync::mpsc::Sender::is_closed)
+            .is_none_or(Responder::is_closed)
     }
 }
 
@@ -538,21 +539,13 @@ mod tests {
     use crate::backend::for_kind;
     use crate::datatype::DataType;
     use crate::model_config::text::parse;
+    use crate::scheduler::Responses;
+    use crate::scheduler::responder::single;
     use bytes::Bytes;
-    use tokio::sync::oneshot;
 
-    fn pending(value: f32) -> (Pending, oneshot::Receiver<Result<Vec<Tensor>>>) {
-        let (tx, rx) = oneshot::channel();
+    fn pending(value: f32) -> (Request, Responses) {
         let data = Bytes::copy_from_slice(&value.to_le_bytes());
-        let pending = Pending {
-            payload: crate::scheduler::Payload::new(vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)]),
-            batch_size: 1,
-            reply: Reply::direct(tx),
-            arrived: Instant::now(),
-            queued: crate::metrics::ModelMetrics::none().pending(),
-            trace: None,
-        };
-        (pending, rx)
+        Request::for_test(vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)], 1)
     }
 
     /// A pool of one identity instance, with `parameters` added to its config.
@@ -595,8 +588,9 @@ mod tests {
             let (a, a_rx) = pending(2.0);
             let (b, b_rx) = pending(3.0);
             pool.try_submit(Job { requests: vec![a, b] }).unwrap();
-            let a_out = a_rx.await.unwrap().unwrap();
-            let b_out = b_rx.await.unwrap().unwrap();
+            let (mut a_rx, mut b_rx) = (a_rx, b_rx);
+            let a_out = single(&mut a_rx).await.unwrap();
+            let b_out = single(&mut b_rx).await.unwrap();
             assert_eq!(a_out[0].data.as_ref(), &2.0f32.to_le_bytes());
             assert_eq!(b_out[0].data.as_ref(), &3.0f32.to_le_bytes());
             assert_eq!(b_out[0].shape, vec![1, 1]);

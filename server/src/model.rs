@@ -28,7 +28,9 @@ use crate::model_lifecycle::LoadOptions;
 use crate::parameter::Parameters;
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
-use crate::scheduler::{Scheduler, Work};
+use crate::batch::BatchKey;
+use crate::scheduler::responder::{self, Responses, UNARY_DEPTH, single};
+use crate::scheduler::{CancelOnDrop, Payload, Request, Scheduler};
 use crate::sequence_batcher::SequenceBatcher;
 use crate::statistics::ModelStatistics;
 use crate::tensor::Tensor;
@@ -84,8 +86,10 @@ impl Model {
         }
         let statistics = Arc::new(ModelStatistics::new(options.metrics.model(name, version)));
         let scheduler = match kind {
-            BackendKind::Ensemble => Scheduler::Ensemble(EnsembleScheduler::new(&config, options.members.clone())?),
-            BackendKind::Remote => Scheduler::Remote(Box::new(RemoteModel::new(&config)?)),
+            BackendKind::Ensemble => {
+                Scheduler::Ensemble(Arc::new(EnsembleScheduler::new(&config, options.members.clone())?))
+            }
+            BackendKind::Remote => Scheduler::Remote(Arc::new(RemoteModel::new(&config)?)),
             _ => on_instances(name, version, version_dir, &config, kind, &statistics)?,
         };
         statistics.metrics().load_duration(started.elapsed());
@@ -152,7 +156,7 @@ impl Model {
             // and every future awaiting this one would carry its size:
             // boxed, it costs the requests above nothing, and one
             // allocation is nothing beside a queued model's compute.
-            None => Box::pin(self.run(request).instrument(span.clone())).await,
+            None => Box::pin(self.run(request, span.clone()).instrument(span.clone())).await,
         };
         outcome.failure = result.as_ref().err().map(FailureReason::of);
         span.in_scope(|| match &result {
@@ -162,31 +166,10 @@ impl Model {
         result
     }
 
-    async fn run(&self, request: InferRequest) -> Result<InferResponse> {
-        let Prepared {
-            id,
-            parameters,
-            reservation,
-            trace,
-            trace_parent,
-            normalized,
-        } = self.prepare(request)?;
-        // Held by this future while the inputs live: if the caller goes away
-        // it is given back together with the inputs the scheduler drops, and
-        // it goes when the answer is built (the front end counts the answer).
-        let _reservation = reservation;
-        let work = Work {
-            batch_size: normalized.batch_size,
-            id: &id,
-            parameters: &parameters,
-            trace,
-            trace_parent: &trace_parent,
-        };
-        let produced = self
-            .scheduler
-            .schedule(normalized.inputs, work, &self.statistics)
-            .await?;
-        self.respond(id, produced, &normalized.outputs, normalized.batch_size, true)
+    async fn run(&self, request: InferRequest, span: tracing::Span) -> Result<InferResponse> {
+        let mut submitted = self.submit(request, UNARY_DEPTH, span)?;
+        let produced = single(&mut submitted.responses).await?;
+        self.respond(submitted.id, produced, &submitted.wanted, submitted.batch_size, true)
     }
 
     /// [`Self::run`] on instances that run on the calling thread.
@@ -198,10 +181,58 @@ impl Model {
             normalized,
             ..
         } = self.prepare(request)?;
-        // As in `run`: given back once the answer is built.
+        // As in `submit`: given back once the answer is built.
         let _reservation = reservation;
         let produced = instances.run_now(normalized.inputs, normalized.batch_size, trace, arrived)?;
         self.respond(id, produced, &normalized.outputs, normalized.batch_size, true)
+    }
+
+    /// Checks a request and hands it to the scheduler: the one way in for
+    /// unary and decoupled calls alike. Its responses (`depth` of them may
+    /// wait for the caller) come on the returned [`Submitted`], and dropping
+    /// that cancels the request wherever it is.
+    fn submit(&self, request: InferRequest, depth: usize, span: tracing::Span) -> Result<Submitted> {
+        let Prepared {
+            id,
+            parameters,
+            reservation,
+            trace,
+            trace_parent,
+            normalized,
+        } = self.prepare(request)?;
+        let (responder, responses) = responder::channel(depth);
+        let key = match self.scheduler.batches() {
+            true => BatchKey::of(&normalized.inputs),
+            false => BatchKey::default(),
+        };
+        let payload = Payload::new(normalized.inputs);
+        let cancel = CancelOnDrop(Arc::clone(&payload));
+        let request = Request {
+            id: id.clone(),
+            payload,
+            batch_size: normalized.batch_size,
+            key,
+            parameters,
+            priority: 0,
+            deadline: None,
+            sequence: None,
+            enqueued_at: tokio::time::Instant::now(),
+            queued: self.statistics.pending(),
+            span,
+            trace: trace.clone(),
+            trace_parent,
+            responder,
+        };
+        self.scheduler.submit(request, &self.statistics)?;
+        Ok(Submitted {
+            id,
+            wanted: normalized.outputs,
+            batch_size: normalized.batch_size,
+            responses,
+            _cancel: cancel,
+            _reservation: reservation,
+            trace,
+        })
     }
 
     /// Takes a request apart for its scheduler, its inputs checked against
@@ -273,11 +304,14 @@ impl Model {
 
     /// Whether the model is decoupled: it answers a request with any number
     /// of responses, over a stream only.
+    /// An ensemble is, too, when one of its steps is.
     pub fn is_decoupled(&self) -> bool {
-        self.config
+        let declared = self
+            .config
             .model_transaction_policy
             .as_ref()
-            .is_some_and(|p| p.decoupled)
+            .is_some_and(|p| p.decoupled);
+        declared || matches!(&self.scheduler, Scheduler::Ensemble(ensemble) if ensemble.is_decoupled())
     }
 
     /// Undoes an output `reshape`: the client sees the config's dims.
@@ -322,7 +356,8 @@ fn on_instances(
         let model_dir = version_dir.parent().unwrap_or(version_dir);
         let settings = SequenceConfig::from_config(config, model_dir)?;
         let pool = InstancePool::start_per_instance(source(None), &placements)?;
-        return Ok(Scheduler::Sequence(SequenceBatcher::start(name, settings, pool)?));
+        let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+        return Ok(Scheduler::Sequence(SequenceBatcher::start(name, settings, pool, decoupled)?));
     }
     let batching = match &config.scheduling_choice {
         Some(SchedulingChoice::DynamicBatching(batching)) => Some(BatcherConfig::from_config(config, batching)?),
@@ -357,6 +392,21 @@ struct Prepared {
     trace: Option<Arc<RequestTrace>>,
     trace_parent: Vec<(String, String)>,
     normalized: normalize::Normalized,
+}
+
+/// A request in its scheduler's hands: what its answers need, its
+/// responses, and what it holds until they are done.
+struct Submitted {
+    id: String,
+    wanted: Vec<RequestedOutput>,
+    batch_size: usize,
+    responses: Responses,
+    /// Dropped with this: a request whose caller went away drops its inputs
+    /// at once, wherever it is queued.
+    _cancel: CancelOnDrop,
+    /// The request data's share of the memory budget, given back with it.
+    _reservation: Reservation,
+    trace: Option<Arc<RequestTrace>>,
 }
 
 /// Records a request's end in the statistics (and metrics) when dropped.

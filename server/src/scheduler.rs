@@ -12,60 +12,70 @@
 
 pub mod ordering;
 pub mod payload;
+pub mod responder;
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::backend::remote::RemoteModel;
 use crate::batch::BatchKey;
 use crate::dynamic_batch_scheduler::DynamicBatchScheduler;
 use crate::ensemble_scheduler::EnsembleScheduler;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::instance_pool::{Inline, InstancePool, Job};
 use crate::metrics::model::GaugeGuard;
 use crate::parameter::Parameters;
 use crate::sequence_batcher::SequenceBatcher;
+use crate::sequence_batcher::correlation::Flags;
 use crate::statistics::{ComputeTiming, ModelStatistics};
 use crate::tensor::Tensor;
 use crate::trace::RequestTrace;
 
-pub use ordering::Reply;
 pub use payload::{CancelOnDrop, Payload};
+pub use responder::{Outcome, Responder, Responses};
 
 /// A checked request on its way to an instance: the one message every
-/// scheduler queues and every instance runs.
+/// scheduler queues and every instance runs, unary or decoupled alike.
+/// Schedulers fill in what they decide (a priority level and deadline, a
+/// sequence's flags) on the message itself rather than wrapping it.
 #[derive(Debug)]
-pub struct Pending {
+pub struct Request {
+    /// The client's id, for the requests an ensemble or a remote model
+    /// makes and for log lines.
+    pub id: String,
     /// The inputs, in config order and in the shapes the model expects;
     /// taken by the instance, or dropped by the caller on cancellation.
     pub payload: Arc<Payload>,
     /// Rows along the batch dimension (1 for models that do not batch).
     pub batch_size: usize,
-    pub reply: Reply,
-    /// When the request reached its scheduler (queue time starts here).
-    pub arrived: Instant,
+    /// Which requests it may share a batch with (set for the schedulers
+    /// that batch).
+    pub key: BatchKey,
+    pub parameters: Parameters,
+    /// The dynamic batcher's priority level (an index, 0 the highest).
+    pub priority: usize,
+    /// When the dynamic batcher's queue policy gives up on it.
+    pub deadline: Option<Instant>,
+    /// Its place in a sequence, read by the sequence batcher's handle.
+    pub sequence: Option<Flags>,
+    /// When the request reached its scheduler (queue time starts here),
+    /// on tokio's clock so the batchers' timing is testable on paused time.
+    pub enqueued_at: Instant,
     /// Counts the request in `nv_inference_pending_request_count` until its
     /// execution starts or it is dropped (answered early, expired, cancelled).
     pub queued: GaugeGuard,
+    /// The request's span (model, version, id): whatever logs about it, on
+    /// whichever thread, logs inside it. Disabled spans cost a level check.
+    pub span: tracing::Span,
     /// The request's trace, when it is sampled: the instance adds its queue
     /// and compute spans.
     pub trace: Option<Arc<RequestTrace>>,
-}
-
-/// What a scheduler needs of a request besides its inputs.
-#[derive(Debug)]
-pub struct Work<'a> {
-    /// Rows along the batch dimension (1 for models that do not batch).
-    pub batch_size: usize,
-    /// The request's id, for the requests an ensemble or a remote model makes.
-    pub id: &'a str,
-    pub parameters: &'a Parameters,
-    /// The request's trace, when it is sampled.
-    pub trace: Option<Arc<RequestTrace>>,
     /// The client's W3C trace context, passed on by models that call others.
-    pub trace_parent: &'a [(String, String)],
+    pub trace_parent: Vec<(String, String)>,
+    /// Where its responses go: one for a unary call, any number for a
+    /// decoupled one.
+    pub responder: Responder,
 }
 
 /// How a model's requests are run; the model does not know which it has.
@@ -77,9 +87,9 @@ pub enum Scheduler {
     /// Triton's sequence batcher: stateful models, one instance per sequence.
     Sequence(SequenceBatcher),
     /// Triton's ensemble: a DAG of other models, no instances of its own.
-    Ensemble(EnsembleScheduler),
+    Ensemble(Arc<EnsembleScheduler>),
     /// Another server's model, called over KServe v2 gRPC.
-    Remote(Box<RemoteModel>),
+    Remote(Arc<RemoteModel>),
 }
 
 impl Scheduler {
@@ -92,116 +102,136 @@ impl Scheduler {
         }
     }
 
-    /// Runs a request and returns its own outputs (every output the model
-    /// produces). Dropping the returned future cancels the request and
-    /// drops its inputs at once, wherever it is queued.
-    pub async fn schedule(
-        &self,
-        inputs: Vec<Tensor>,
-        work: Work<'_>,
-        statistics: &ModelStatistics,
-    ) -> Result<Vec<Tensor>> {
+    /// Whether requests must carry their [`BatchKey`].
+    pub fn batches(&self) -> bool {
+        matches!(self, Scheduler::Dynamic(_) | Scheduler::Sequence(_))
+    }
+
+    /// Queues a request; its responses go to its responder, and the
+    /// responder's end is the request's end. Refused at once (full queue,
+    /// bad priority or sequence flags) with the request dropped. Dropping
+    /// the request's [`Responses`] and its [`CancelOnDrop`] cancels it
+    /// wherever it is.
+    pub fn submit(&self, request: Request, statistics: &Arc<ModelStatistics>) -> Result<()> {
         match self {
-            Scheduler::Default(pool) => {
-                on_instances(inputs, work, statistics, |p| pool.try_submit(Job::single(p))).await
+            Scheduler::Default(pool) => pool.try_submit(Job::single(request)),
+            Scheduler::Dynamic(batcher) => batcher.enqueue(request),
+            Scheduler::Sequence(batcher) => batcher.enqueue(request),
+            Scheduler::Ensemble(ensemble) => {
+                spawn_counted(Runner::Ensemble(Arc::clone(ensemble)), request, statistics);
+                Ok(())
             }
-            Scheduler::Dynamic(batcher) => {
-                // The batch key is read before the inputs move into the payload.
-                let key = BatchKey::of(&inputs);
-                let parameters = work.parameters;
-                on_instances(inputs, work, statistics, |p| batcher.enqueue(p, key, parameters)).await
+            Scheduler::Remote(remote) => {
+                spawn_counted(Runner::Remote(Arc::clone(remote)), request, statistics);
+                Ok(())
             }
-            Scheduler::Sequence(batcher) => {
-                let key = BatchKey::of(&inputs);
-                let parameters = work.parameters;
-                on_instances(inputs, work, statistics, |p| batcher.enqueue(p, key, parameters)).await
-            }
-            // Boxed: these futures are kilobytes (a whole DAG's, a client's),
-            // and every future awaiting this one would carry their size
-            // (twice, as rustc lays nested futures out today) on the
-            // per-request path of every other model.
-            Scheduler::Ensemble(ensemble) => counted(&work, statistics, Box::pin(ensemble.run(inputs, &work))).await,
-            Scheduler::Remote(remote) => counted(&work, statistics, Box::pin(remote.infer(inputs, &work))).await,
         }
     }
 }
 
 /// Runs a request that has no instance of its own (an ensemble's DAG, a
-/// remote call) and counts it as one execution of its batch, its whole
-/// time as compute, as Triton counts an ensemble.
-async fn counted(
-    work: &Work<'_>,
-    statistics: &ModelStatistics,
-    run: impl Future<Output = Result<Vec<Tensor>>>,
-) -> Result<Vec<Tensor>> {
-    let started = Instant::now();
-    let outputs = run.await?;
-    let timing = ComputeTiming {
-        infer: started.elapsed(),
-        ..ComputeTiming::default()
+/// remote call) on its own task, which stops when the client goes away,
+/// and counts it as one execution of its batch, its whole time as compute,
+/// as Triton counts an ensemble. `run` sends the responses and returns
+/// the error that ends the request, if one does.
+fn spawn_counted(runner: Runner, request: Request, statistics: &Arc<ModelStatistics>) {
+    let statistics = Arc::clone(statistics);
+    let span = request.span.clone();
+    let Request {
+        id,
+        payload,
+        batch_size,
+        parameters,
+        trace,
+        trace_parent,
+        responder,
+        queued,
+        enqueued_at,
+        ..
+    } = request;
+    let task = async move {
+        // No queue of its own: its queue time is zero, and it leaves the
+        // pending count as it starts.
+        drop(queued);
+        statistics.record_queue(enqueued_at.elapsed());
+        let Some(inputs) = payload.take() else {
+            return;
+        };
+        let started = Instant::now();
+        let ran = Ran {
+            id,
+            inputs,
+            parameters,
+            trace,
+            trace_parent,
+            responder: &responder,
+        };
+        tokio::select! {
+            outcome = runner.run(&ran) => match outcome {
+                Ok(()) => {
+                    let timing = ComputeTiming {
+                        infer: started.elapsed(),
+                        ..ComputeTiming::default()
+                    };
+                    statistics.record_execution(batch_size as u64, 1, timing);
+                }
+                Err(e) => responder.fail(e),
+            },
+            () = responder.closed() => {}
+        }
     };
-    statistics.record_execution(work.batch_size as u64, 1, timing);
-    Ok(outputs)
+    tokio::spawn(tracing::Instrument::instrument(task, span));
 }
 
-/// How many responses of one decoupled request may wait for its client
-/// before the backend sending them waits too.
-const STREAM_DEPTH: usize = 16;
+/// A model without instances of its own.
+enum Runner {
+    Ensemble(Arc<EnsembleScheduler>),
+    Remote(Arc<RemoteModel>),
+}
 
-impl Scheduler {
-    /// Queues a request of a decoupled model; its responses arrive on the
-    /// returned channel, which closes when the model is done with it.
-    /// Dropping the guard (with the channel) cancels it.
-    pub fn schedule_stream(
-        &self,
-        inputs: Vec<Tensor>,
-        work: Work<'_>,
-        statistics: &ModelStatistics,
-    ) -> Result<(mpsc::Receiver<Result<Vec<Tensor>>>, CancelOnDrop)> {
-        let (tx, rx) = mpsc::channel(STREAM_DEPTH);
-        let key = BatchKey::of(&inputs);
-        let payload = Payload::new(inputs);
-        let cancel = CancelOnDrop(Arc::clone(&payload));
-        let pending = Pending {
-            payload,
-            batch_size: work.batch_size,
-            reply: Reply::streaming(tx),
-            arrived: Instant::now(),
-            queued: statistics.pending(),
-            trace: work.trace,
-        };
+impl Runner {
+    /// Sends the request's responses; the error that ends it, if one does.
+    async fn run(&self, ran: &Ran<'_>) -> Result<()> {
         match self {
-            Scheduler::Default(pool) => pool.try_submit(Job::single(pending))?,
-            Scheduler::Dynamic(batcher) => batcher.enqueue(pending, key, work.parameters)?,
-            Scheduler::Sequence(_) | Scheduler::Ensemble(_) | Scheduler::Remote(_) => {
-                return Err(Error::unsupported(
-                    "decoupled sequence models, ensembles and remote models are not supported yet",
-                ));
-            }
+            Runner::Ensemble(ensemble) => ensemble.run(ran).await,
+            Runner::Remote(remote) => remote.run(ran).await,
         }
-        Ok((rx, cancel))
     }
 }
 
-/// Hands a request to `submit` (a queue in front of the instances) and
-/// waits for the instance's answer.
-async fn on_instances(
-    inputs: Vec<Tensor>,
-    work: Work<'_>,
-    statistics: &ModelStatistics,
-    submit: impl FnOnce(Pending) -> Result<()>,
-) -> Result<Vec<Tensor>> {
-    let (tx, rx) = oneshot::channel();
-    let payload = Payload::new(inputs);
-    let _cancel = CancelOnDrop(Arc::clone(&payload));
-    submit(Pending {
-        payload,
-        batch_size: work.batch_size,
-        reply: Reply::direct(tx),
-        arrived: Instant::now(),
-        queued: statistics.pending(),
-        trace: work.trace,
-    })?;
-    rx.await
-        .unwrap_or_else(|_| Err(Error::internal("the model instance stopped before answering")))
+/// A request as a model without instances runs it: its inputs taken, the
+/// rest borrowed for the requests it makes.
+#[derive(Debug)]
+pub struct Ran<'a> {
+    pub id: String,
+    pub inputs: Vec<Tensor>,
+    pub parameters: Parameters,
+    pub trace: Option<Arc<RequestTrace>>,
+    pub trace_parent: Vec<(String, String)>,
+    pub responder: &'a Responder,
+}
+
+#[cfg(test)]
+impl Request {
+    /// A unary request of `batch_size` rows, for tests, with its responses.
+    pub fn for_test(inputs: Vec<Tensor>, batch_size: usize) -> (Request, Responses) {
+        let (responder, responses) = responder::channel(responder::UNARY_DEPTH);
+        let request = Request {
+            id: String::new(),
+            key: BatchKey::of(&inputs),
+            payload: Payload::new(inputs),
+            batch_size,
+            parameters: Parameters::default(),
+            priority: 0,
+            deadline: None,
+            sequence: None,
+            enqueued_at: Instant::now(),
+            queued: crate::metrics::ModelMetrics::none().pending(),
+            span: tracing::Span::none(),
+            trace: None,
+            trace_parent: Vec::new(),
+            responder,
+        };
+        (request, responses)
+    }
 }

@@ -14,24 +14,27 @@ pub mod book;
 pub mod correlation;
 pub mod rows;
 
+#[cfg(test)]
+mod paused_tests;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use self::book::{Book, Done, Item, Row};
-use self::correlation::Flags;
+use self::correlation::{CorrelationId, Flags};
 use crate::batch::BatchKey;
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::instance_pool::{InstancePool, Job};
 use crate::model_config::sequence::SequenceConfig;
-use crate::parameter::Parameters;
-use crate::scheduler::{Payload, Pending, Reply};
+use crate::scheduler::responder::{self, Responses, STREAM_DEPTH, UNARY_DEPTH};
+use crate::scheduler::{Payload, Request, Responder};
 
 /// Requests in transit from handlers to the actor.
 const INTAKE: usize = 16_384;
@@ -42,21 +45,10 @@ pub struct SequenceBatcher {
     batching: bool,
     /// The CORRID control's input and datatype, which ids must match.
     correlation: Option<(String, DataType)>,
-    intake: mpsc::Sender<Arrival>,
+    intake: mpsc::Sender<Request>,
 }
 
-struct Arrival {
-    flags: Flags,
-    waiting: Waiting,
-}
-
-/// A request in the book.
-struct Waiting {
-    pending: Pending,
-    key: BatchKey,
-}
-
-impl Item for Waiting {
+impl Item for Request {
     type Key = BatchKey;
 
     fn key(&self) -> &BatchKey {
@@ -64,7 +56,7 @@ impl Item for Waiting {
     }
 
     fn is_live(&self) -> bool {
-        self.pending.payload.is_live() && !self.pending.reply.is_closed()
+        self.payload.is_live() && !self.responder.is_closed()
     }
 }
 
@@ -72,8 +64,10 @@ type Running = Pin<Box<dyn Future<Output = (usize, Vec<Done>)> + Send>>;
 
 impl SequenceBatcher {
     /// Starts the actor for a model whose instances each have their own
-    /// queue in `pool` ([`InstancePool::start_per_instance`]).
-    pub fn start(model: &str, settings: SequenceConfig, pool: InstancePool) -> Result<SequenceBatcher> {
+    /// queue in `pool` ([`InstancePool::start_per_instance`]). A decoupled
+    /// model's requests stream their responses through, each carrying the
+    /// states it updates.
+    pub fn start(model: &str, settings: SequenceConfig, pool: InstancePool, decoupled: bool) -> Result<SequenceBatcher> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::internal("the sequence batcher needs the async runtime"))?;
         let (intake, arrivals) = mpsc::channel(INTAKE);
@@ -89,6 +83,7 @@ impl SequenceBatcher {
                 settings.max_backlog,
             ),
             settings: Arc::clone(&settings),
+            decoupled,
             pool,
             arrivals,
             running: FuturesUnordered::new(),
@@ -102,25 +97,21 @@ impl SequenceBatcher {
         })
     }
 
-    /// Reads the request's sequence id and flags and queues it; `key` says
-    /// which requests it may share a batch with.
-    pub fn enqueue(&self, pending: Pending, key: BatchKey, parameters: &Parameters) -> Result<()> {
+    /// Reads the request's sequence id and flags onto it and queues it.
+    pub fn enqueue(&self, mut request: Request) -> Result<()> {
         let correlation = self
             .correlation
             .as_ref()
             .map(|(name, datatype)| (name.as_str(), *datatype));
-        let flags = Flags::of(parameters, &self.model, correlation)?;
-        if self.batching && pending.batch_size != 1 {
+        let flags = Flags::of(&request.parameters, &self.model, correlation)?;
+        if self.batching && request.batch_size != 1 {
             return Err(Error::invalid(format!(
                 "inference request to model '{}' must specify batch-size 1 due to requirements of sequence batcher, got {}",
-                self.model, pending.batch_size
+                self.model, request.batch_size
             )));
         }
-        let arrival = Arrival {
-            flags,
-            waiting: Waiting { pending, key },
-        };
-        self.intake.try_send(arrival).map_err(|e| match e {
+        request.sequence = Some(flags);
+        self.intake.try_send(request).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => Error::unavailable("Exceeds maximum queue size"),
             mpsc::error::TrySendError::Closed(_) => Error::unavailable(format!("model '{}' is unloading", self.model)),
         })
@@ -130,9 +121,10 @@ impl SequenceBatcher {
 struct Actor {
     model: String,
     settings: Arc<SequenceConfig>,
-    book: Book<Waiting>,
+    decoupled: bool,
+    book: Book<Request>,
     pool: InstancePool,
-    arrivals: mpsc::Receiver<Arrival>,
+    arrivals: mpsc::Receiver<Request>,
     /// One future per batch on an instance: its answers, forwarded.
     running: FuturesUnordered<Running>,
 }
@@ -148,21 +140,21 @@ impl Actor {
             if !open && self.running.is_empty() {
                 break;
             }
-            let wake = polled.wake.map(tokio::time::Instant::from_std);
+            let wake = polled.wake;
             tokio::select! {
                 arrival = self.arrivals.recv(), if open => match arrival {
-                    Some(arrival) => {
-                        self.accept(arrival);
+                    Some(request) => {
+                        self.accept(request);
                         // Whatever else has arrived joins the same poll.
-                        while let Ok(arrival) = self.arrivals.try_recv() {
-                            self.accept(arrival);
+                        while let Ok(request) = self.arrivals.try_recv() {
+                            self.accept(request);
                         }
                     }
                     None => {
                         open = false;
-                        for waiting in self.book.drain() {
+                        for request in self.book.drain() {
                             let error = Error::unavailable(format!("model '{}' is unloading", self.model));
-                            waiting.pending.reply.send(Err(error));
+                            request.responder.fail(error);
                         }
                     }
                 },
@@ -174,31 +166,31 @@ impl Actor {
         }
     }
 
-    fn accept(&mut self, arrival: Arrival) {
-        let Arrival { flags, waiting } = arrival;
-        let arrived = waiting.pending.arrived;
-        if let Err((waiting, error)) = self.book.accept(flags, waiting, arrived) {
-            waiting.pending.reply.send(Err(error));
+    fn accept(&mut self, mut request: Request) {
+        let Some(flags) = request.sequence.take() else {
+            request.responder.fail(Error::internal("a sequence request came without its flags"));
+            return;
+        };
+        let arrived = request.enqueued_at;
+        if let Err((request, error)) = self.book.accept(flags, request, arrived) {
+            request.responder.fail(error);
         }
     }
 
-    /// Sends one batch to its instance; its answers come back through
+    /// Sends one batch to its instance. Each row's request goes as it is,
+    /// its inputs joined by the controls and states, and its responses
+    /// through a tap beside it that keeps the states they carry and
+    /// forwards the rest to the client; the taps' ends come back through
     /// `running`.
-    fn dispatch(&mut self, lane: usize, rows: Vec<Row<Waiting>>) {
+    fn dispatch(&mut self, lane: usize, rows: Vec<Row<Request>>) {
         let mut requests = Vec::with_capacity(rows.len());
-        let mut answers = Vec::with_capacity(rows.len());
+        let mut taps = Vec::with_capacity(rows.len());
         let mut skipped = Vec::new();
+        let depth = if self.decoupled { STREAM_DEPTH } else { UNARY_DEPTH };
         for row in rows {
-            let Pending {
-                payload,
-                batch_size,
-                reply,
-                arrived,
-                queued,
-                trace,
-            } = row.item.pending;
+            let mut request = row.item;
             // Its client went away since the book looked.
-            let Some(inputs) = payload.take() else {
+            let Some(inputs) = request.payload.take() else {
                 skipped.push(Done {
                     id: row.id,
                     end: row.end,
@@ -206,24 +198,24 @@ impl Actor {
                 });
                 continue;
             };
-            let tensors = rows::inputs(
+            request.payload = Payload::new(rows::inputs(
                 &self.settings,
                 inputs,
                 &row.id,
                 row.start,
                 row.end,
                 row.state.as_deref(),
-            );
-            let (tx, rx) = oneshot::channel();
-            requests.push(Pending {
-                payload: Payload::new(tensors),
-                batch_size,
-                reply: Reply::direct(tx),
-                arrived,
-                queued,
-                trace,
+            ));
+            let (inner, responses) = responder::channel(depth);
+            let client = std::mem::replace(&mut request.responder, inner);
+            requests.push(request);
+            taps.push(Tap {
+                id: row.id,
+                end: row.end,
+                streamed: self.decoupled,
+                client,
+                responses,
             });
-            answers.push((row.id, row.end, reply, rx));
         }
         let submitted = match requests.is_empty() {
             true => Ok(()),
@@ -232,19 +224,75 @@ impl Actor {
         let settings = Arc::clone(&self.settings);
         let model = self.model.clone();
         self.running.push(Box::pin(async move {
+            let forwarded = taps.into_iter().map(|tap| {
+                let submitted = submitted.clone();
+                let (settings, model) = (&settings, &model);
+                async move {
+                    match submitted {
+                        Ok(()) => tap.forward(settings, model).await,
+                        Err(e) => {
+                            tap.client.fail(e);
+                            Done {
+                                id: tap.id,
+                                end: tap.end,
+                                state: None,
+                            }
+                        }
+                    }
+                }
+            });
             let mut done = skipped;
-            for (id, end, reply, rx) in answers {
-                let outcome = match &submitted {
-                    Ok(()) => rx
-                        .await
-                        .unwrap_or_else(|_| Err(Error::internal("the model instance stopped before answering"))),
-                    Err(e) => Err(e.clone()),
-                };
-                let (outcome, state) = rows::take_states(&settings, &model, outcome);
-                reply.send(outcome);
-                done.push(Done { id, end, state });
-            }
+            // At once: a decoupled instance may be streaming to all of them.
+            done.extend(futures::future::join_all(forwarded).await);
             (lane, done)
         }));
+    }
+}
+
+/// One row's responses on their way from the instance to the client.
+struct Tap {
+    id: CorrelationId,
+    end: bool,
+    /// A decoupled model's: any number of responses, states in some.
+    streamed: bool,
+    client: Responder,
+    responses: Responses,
+}
+
+impl Tap {
+    /// Forwards every response, its state outputs taken out and kept, and
+    /// says how the row ended: with the last states it carried, or none
+    /// when it failed (the sequence keeps its old ones).
+    async fn forward(mut self, settings: &SequenceConfig, model: &str) -> Done {
+        let mut state = None;
+        let mut failed = false;
+        let mut answered = false;
+        while let Some(outcome) = self.responses.recv().await {
+            answered = true;
+            let (outcome, states) = match &outcome {
+                // A decoupled model's response that updates no state.
+                Ok(outputs) if self.streamed && !rows::carries_states(settings, outputs) => (outcome, None),
+                _ => rows::take_states(settings, model, outcome),
+            };
+            match states {
+                Some(states) => state = Some(states),
+                None if outcome.is_err() => failed = true,
+                None => {}
+            }
+            if !self.client.send(outcome).await {
+                // The client went away: dropping the channel tells the instance.
+                break;
+            }
+        }
+        if !answered {
+            failed = true;
+            self.client
+                .fail(Error::internal("the model instance stopped before answering"));
+        }
+        Done {
+            id: self.id,
+            end: self.end,
+            state: if failed { None } else { state },
+        }
     }
 }

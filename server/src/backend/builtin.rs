@@ -15,7 +15,7 @@ use nereid_proto::inference::ModelConfig;
 
 use std::time::{Duration, Instant};
 
-use super::{Backend, BatchInput, Execution, InstanceSpec, ModelInstance};
+use super::{Backend, BatchInput, BatchedInstance, Execution, InstanceSpec, ModelInstance};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::model_config::autocomplete::ModelSignature;
@@ -79,8 +79,8 @@ struct Identity {
     delay: Option<std::time::Duration>,
 }
 
-impl ModelInstance for Identity {
-    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
+impl BatchedInstance for Identity {
+    fn run(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
         let mut outputs = Vec::with_capacity(self.pairs.len());
         for (input_name, output_name) in &self.pairs {
@@ -164,8 +164,8 @@ struct AddSub {
     datatype: DataType,
 }
 
-impl ModelInstance for AddSub {
-    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
+impl BatchedInstance for AddSub {
+    fn run(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
         let a = input(&inputs, "add_sub", &self.inputs[0])?;
         let b = input(&inputs, "add_sub", &self.inputs[1])?;
@@ -239,6 +239,7 @@ fn add_sub(datatype: DataType, a: &[u8], b: &[u8]) -> Result<(Bytes, Bytes)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::execute_one;
     use crate::backend::Device;
     use crate::model_config::text::parse;
 
@@ -264,18 +265,11 @@ mod tests {
         )
         .unwrap();
         let mut instance = AddSubBackend.create_instance(spec(&config)).unwrap();
-        let out = instance
-            .execute(vec![
-                BatchInput::single(Tensor::new(
-                    "INPUT0",
-                    DataType::Int32,
-                    vec![1, 3],
-                    ints(&[1, 2, i32::MAX]),
-                )),
-                BatchInput::single(Tensor::new("INPUT1", DataType::Int32, vec![1, 3], ints(&[10, 20, 1]))),
-            ])
-            .unwrap()
-            .outputs;
+        let inputs = vec![
+            Tensor::new("INPUT0", DataType::Int32, vec![1, 3], ints(&[1, 2, i32::MAX])),
+            Tensor::new("INPUT1", DataType::Int32, vec![1, 3], ints(&[10, 20, 1])),
+        ];
+        let (out, _) = execute_one(instance.as_mut(), inputs, 1).unwrap();
         assert_eq!(out[0].name, "OUTPUT0");
         assert_eq!(out[0].data, ints(&[11, 22, i32::MIN]));
         assert_eq!(out[1].data, ints(&[-9, -18, i32::MAX - 1]));
@@ -303,15 +297,8 @@ mod tests {
         .unwrap();
         let mut instance = IdentityBackend.create_instance(spec(&config)).unwrap();
         let data = Bytes::from_static(&[1, 0, 0, 0, b'x']);
-        let out = instance
-            .execute(vec![BatchInput::single(Tensor::new(
-                "IN",
-                DataType::Bytes,
-                vec![1],
-                data.clone(),
-            ))])
-            .unwrap()
-            .outputs;
+        let input = Tensor::new("IN", DataType::Bytes, vec![1], data.clone());
+        let (out, _) = execute_one(instance.as_mut(), vec![input], 1).unwrap();
         assert_eq!(out, vec![Tensor::new("OUT", DataType::Bytes, vec![1], data)]);
     }
 

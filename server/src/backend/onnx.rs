@@ -18,7 +18,7 @@ use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
 
-use super::{Backend, BatchInput, Device, Execution, InstanceSpec, ModelInstance, model_file};
+use super::{Backend, BatchInput, BatchedInstance, Device, Execution, InstanceSpec, ModelInstance, model_file};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::model_config::autocomplete::{ModelSignature, TensorSignature};
@@ -159,8 +159,8 @@ struct OnnxInstance {
     output_names: Vec<String>,
 }
 
-impl ModelInstance for OnnxInstance {
-    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
+impl BatchedInstance for OnnxInstance {
+    fn run(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
         let mut values: Vec<(String, DynValue)> = Vec::with_capacity(inputs.len());
         for input in &inputs {

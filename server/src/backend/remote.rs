@@ -34,15 +34,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
-use nereid_proto::inference::{ModelConfig, ModelConfigRequest};
+use nereid_proto::inference::infer_parameter::ParameterChoice;
+use nereid_proto::inference::{InferParameter, ModelConfig, ModelConfigRequest, ModelInferRequest};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::grpc::convert;
 use crate::model_config::parameter;
-use crate::parameter::Parameter;
-use crate::scheduler::Work;
+use crate::parameter::{Parameter, Parameters};
+use crate::scheduler::Ran;
 use crate::tensor::Tensor;
 
 /// The largest message either way; the same default as the server's own
@@ -144,6 +145,8 @@ impl RemoteSettings {
 #[derive(Debug)]
 pub struct RemoteModel {
     settings: RemoteSettings,
+    /// The remote model answers over a stream, with any number of responses.
+    decoupled: bool,
     outputs: Vec<String>,
     clients: Vec<GrpcInferenceServiceClient<Channel>>,
     next: AtomicUsize,
@@ -162,6 +165,7 @@ impl RemoteModel {
             })
             .collect::<Result<_>>()?;
         Ok(RemoteModel {
+            decoupled: config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled),
             outputs: config.output.iter().map(|o| o.name.clone()).collect(),
             settings,
             clients,
@@ -175,22 +179,26 @@ impl RemoteModel {
         self.clients[at].clone()
     }
 
+    /// Runs a request on the remote: one call and its answer, or, when
+    /// the remote model is decoupled, a ModelStreamInfer stream whose
+    /// responses are passed on as they come.
+    pub async fn run(&self, ran: &Ran<'_>) -> Result<()> {
+        if self.decoupled {
+            return self.stream(ran).await;
+        }
+        let outputs = self.infer(ran).await?;
+        ran.responder.send(Ok(outputs)).await;
+        Ok(())
+    }
+
     /// Sends one request and returns the remote's outputs.
-    pub async fn infer(&self, inputs: Vec<Tensor>, work: &Work<'_>) -> Result<Vec<Tensor>> {
-        let timeout = deadline(work, self.settings.timeout)?;
+    async fn infer(&self, ran: &Ran<'_>) -> Result<Vec<Tensor>> {
+        let timeout = deadline(&ran.parameters, self.settings.timeout)?;
         let mut attempt = 1;
         loop {
-            let message = convert::outgoing_request(
-                &self.settings.model_name,
-                &self.settings.model_version,
-                work.id,
-                inputs.clone(),
-                &self.outputs,
-                work.parameters,
-            );
-            let mut request = tonic::Request::new(message);
+            let mut request = tonic::Request::new(self.message(ran));
             request.set_timeout(timeout);
-            self.add_metadata(&mut request, work);
+            self.add_metadata(&mut request, ran);
             match self.client().model_infer(request).await {
                 Ok(answer) => {
                     return convert::incoming_outputs(answer.into_inner())
@@ -205,11 +213,77 @@ impl RemoteModel {
         }
     }
 
-    fn add_metadata<T>(&self, request: &mut tonic::Request<T>, work: &Work<'_>) {
+    /// A decoupled remote's responses, over a stream of one request. The
+    /// request asks for Triton's empty final response, so the end is told
+    /// even after a last response that carried data; the call's deadline
+    /// bounds the whole stream. Not sent twice: a stream may have run.
+    async fn stream(&self, ran: &Ran<'_>) -> Result<()> {
+        let timeout = deadline(&ran.parameters, self.settings.timeout)?;
+        let mut message = self.message(ran);
+        message.parameters.insert(
+            convert::EMPTY_FINAL.to_string(),
+            InferParameter {
+                parameter_choice: Some(ParameterChoice::BoolParam(true)),
+            },
+        );
+        let mut request = tonic::Request::new(futures::stream::iter([message]));
+        request.set_timeout(timeout);
+        self.add_metadata(&mut request, ran);
+        let mut responses = self
+            .client()
+            .model_stream_infer(request)
+            .await
+            .map_err(|status| self.error(&status))?
+            .into_inner();
+        loop {
+            let Some(message) = responses.message().await.map_err(|status| self.error(&status))? else {
+                // The remote ended the stream without the final flag.
+                return Err(Error::unavailable(format!(
+                    "{}: the stream ended before the final response",
+                    self.settings.describe()
+                )));
+            };
+            if !message.error_message.is_empty() {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    format!("{}: {}", self.settings.describe(), message.error_message),
+                ));
+            }
+            let Some(response) = message.infer_response else {
+                continue;
+            };
+            let last = convert::is_final(&response);
+            if !(last && response.outputs.is_empty()) {
+                let outputs = convert::incoming_outputs(response)
+                    .map_err(|e| Error::new(e.kind(), format!("{}: {}", self.settings.describe(), e.message())))?;
+                if !ran.responder.send(Ok(outputs)).await {
+                    // The client went away; dropping the call cancels it there.
+                    return Ok(());
+                }
+            }
+            if last {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The request to send: raw contents, every output asked for by name.
+    fn message(&self, ran: &Ran<'_>) -> ModelInferRequest {
+        convert::outgoing_request(
+            &self.settings.model_name,
+            &self.settings.model_version,
+            &ran.id,
+            ran.inputs.clone(),
+            &self.outputs,
+            &ran.parameters,
+        )
+    }
+
+    fn add_metadata<T>(&self, request: &mut tonic::Request<T>, ran: &Ran<'_>) {
         let metadata = request.metadata_mut();
-        let traceparent = work.trace.as_ref().map(|t| t.traceparent());
+        let traceparent = ran.trace.as_ref().map(|t| t.traceparent());
         let context = traceparent.iter().map(|value| ("traceparent", value.as_str())).chain(
-            work.trace_parent
+            ran.trace_parent
                 .iter()
                 .filter(|(name, _)| traceparent.is_none() || name != "traceparent")
                 .map(|(name, value)| (name.as_str(), value.as_str())),
@@ -248,8 +322,8 @@ impl RemoteModel {
 
 /// The call's deadline: the request's own `timeout` parameter (Triton's,
 /// in microseconds) when it is shorter than the model's.
-fn deadline(work: &Work<'_>, limit: Duration) -> Result<Duration> {
-    match work.parameters.get("timeout") {
+fn deadline(parameters: &Parameters, limit: Duration) -> Result<Duration> {
+    match parameters.get("timeout") {
         None => Ok(limit),
         Some(p) => match p.as_i64() {
             Some(us) if us > 0 => Ok(limit.min(Duration::from_micros(us as u64))),
@@ -285,7 +359,8 @@ fn never_reached(status: &Status) -> bool {
 }
 
 /// Completes `config` from the remote model's own config when it lists no
-/// inputs or no outputs: those, and `max_batch_size`. Reshapes are left
+/// inputs or no outputs: those, `max_batch_size`, and whether it is
+/// decoupled (its transaction policy). Reshapes are left
 /// out, since the remote applies its own. Blocking (it runs in the load).
 pub fn complete_from_remote(config: &mut ModelConfig) -> Result<()> {
     if !config.input.is_empty() && !config.output.is_empty() {
@@ -303,6 +378,10 @@ pub fn complete_from_remote(config: &mut ModelConfig) -> Result<()> {
     }
     if config.max_batch_size == 0 {
         config.max_batch_size = remote.max_batch_size;
+    }
+    // A decoupled remote is called over a stream, and so is this model.
+    if config.model_transaction_policy.is_none() {
+        config.model_transaction_policy = remote.model_transaction_policy;
     }
     Ok(())
 }
@@ -397,18 +476,7 @@ mod tests {
     #[test]
     fn the_requests_timeout_shortens_the_deadline() {
         let limit = Duration::from_secs(60);
-        let work = |parameters: &Parameters| {
-            deadline(
-                &Work {
-                    batch_size: 1,
-                    id: "",
-                    parameters,
-                    trace: None,
-                    trace_parent: &[],
-                },
-                limit,
-            )
-        };
+        let work = |parameters: &Parameters| deadline(parameters, limit);
         assert_eq!(work(&Parameters::new()).unwrap(), limit);
         let short = Parameters::from([("timeout".to_string(), Parameter::Int(5_000))]);
         assert_eq!(work(&short).unwrap(), Duration::from_millis(5));

@@ -23,7 +23,9 @@
 //! back from an idle instance, which is the only wait the batcher chooses;
 //! with an instance idle all along, the rule is Triton's.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::batch::BatchKey;
 

@@ -6,11 +6,12 @@
 //! order.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::policy::Candidate;
-use crate::batch::BatchKey;
-use crate::scheduler::Pending;
+use crate::scheduler::Request;
 
 /// What happens to a request whose queue timeout expires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,19 +32,10 @@ pub struct LevelPolicy {
     pub max_queue_size: usize,
 }
 
-/// A request waiting in the queue.
-#[derive(Debug)]
-pub struct Entry {
-    pub pending: Pending,
-    pub key: BatchKey,
-    pub level: usize,
-    pub deadline: Option<Instant>,
-}
-
 #[derive(Debug, Default)]
 struct Level {
-    waiting: VecDeque<Entry>,
-    delayed: VecDeque<Entry>,
+    waiting: VecDeque<Request>,
+    delayed: VecDeque<Request>,
 }
 
 #[derive(Debug)]
@@ -69,9 +61,9 @@ impl Queue {
     }
 
     /// Queues a request, or hands it back when its level is full.
-    pub fn push(&mut self, entry: Entry) -> Result<(), Box<Entry>> {
-        let limit = self.policies[entry.level].max_queue_size;
-        let level = &mut self.levels[entry.level];
+    pub fn push(&mut self, entry: Request) -> Result<(), Box<Request>> {
+        let limit = self.policies[entry.priority].max_queue_size;
+        let level = &mut self.levels[entry.priority];
         if limit > 0 && level.waiting.len() + level.delayed.len() >= limit {
             return Err(Box::new(entry));
         }
@@ -79,7 +71,7 @@ impl Queue {
         Ok(())
     }
 
-    fn in_order(&self) -> impl Iterator<Item = &Entry> {
+    fn in_order(&self) -> impl Iterator<Item = &Request> {
         self.levels
             .iter()
             .flat_map(|l| l.waiting.iter().chain(l.delayed.iter()))
@@ -90,15 +82,15 @@ impl Queue {
         self.in_order()
             .take(limit)
             .map(|e| Candidate {
-                batch_size: e.pending.batch_size,
+                batch_size: e.batch_size,
                 key: &e.key,
-                arrived: e.pending.arrived,
+                arrived: e.enqueued_at,
             })
             .collect()
     }
 
     /// Removes the first `n` entries in service order.
-    pub fn take(&mut self, mut n: usize) -> Vec<Entry> {
+    pub fn take(&mut self, mut n: usize) -> Vec<Request> {
         let mut out = Vec::with_capacity(n);
         for level in &mut self.levels {
             for list in [&mut level.waiting, &mut level.delayed] {
@@ -114,7 +106,7 @@ impl Queue {
 
     /// Applies timeouts at `now`: returns the requests to reject; delayed
     /// ones move behind their level's other requests.
-    pub fn expire(&mut self, now: Instant) -> Vec<Entry> {
+    pub fn expire(&mut self, now: Instant) -> Vec<Request> {
         let mut rejected = Vec::new();
         for (level, policy) in self.levels.iter_mut().zip(&self.policies) {
             if !level.waiting.iter().any(|e| e.deadline.is_some_and(|d| d <= now)) {
@@ -149,7 +141,7 @@ impl Queue {
     }
 
     /// Everything still queued (used when the model goes away).
-    pub fn drain(&mut self) -> Vec<Entry> {
+    pub fn drain(&mut self) -> Vec<Request> {
         let n = self.len();
         self.take(n)
     }
@@ -158,23 +150,12 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::Reply;
 
-    fn entry(level: usize, deadline: Option<Instant>, tag: usize) -> Entry {
-        let (tx, _rx) = tokio::sync::oneshot::channel();
-        Entry {
-            pending: Pending {
-                payload: crate::scheduler::Payload::new(Vec::new()),
-                batch_size: tag,
-                reply: Reply::direct(tx),
-                arrived: Instant::now(),
-                queued: crate::metrics::ModelMetrics::none().pending(),
-                trace: None,
-            },
-            key: BatchKey::of(&[]),
-            level,
-            deadline,
-        }
+    fn entry(level: usize, deadline: Option<Instant>, tag: usize) -> Request {
+        let (mut request, _) = Request::for_test(Vec::new(), tag);
+        request.priority = level;
+        request.deadline = deadline;
+        request
     }
 
     fn policy(action: TimeoutAction, max: usize) -> LevelPolicy {
@@ -186,8 +167,8 @@ mod tests {
         }
     }
 
-    fn tags(entries: &[Entry]) -> Vec<usize> {
-        entries.iter().map(|e| e.pending.batch_size).collect()
+    fn tags(entries: &[Request]) -> Vec<usize> {
+        entries.iter().map(|e| e.batch_size).collect()
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub struct Step {
     pub inputs: Vec<(String, String)>,
     /// (member output, ensemble tensor).
     pub outputs: Vec<(String, String)>,
+    /// The member may answer with any number of responses: the steps
+    /// after it run once for each.
+    pub decoupled: bool,
 }
 
 impl Step {
@@ -131,13 +134,7 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
                 s.model_name
             )));
         };
-        if model.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-            // A step passes one response on; a member that sends many
-            // would need the ensemble to fan out, which it does not.
-            return Err(Error::unsupported(format!(
-                "ensemble '{name}': {step_name} is decoupled, and decoupled members are not supported yet"
-            )));
-        }
+        let decoupled = model.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         if batching && model.max_batch_size < config.max_batch_size {
             return Err(bad(format!(
                 "the ensemble allows maximum batch size {}, but {step_name} only allows {}",
@@ -178,6 +175,7 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
             version,
             inputs,
             outputs,
+            decoupled,
         });
         member_configs.push(model);
     }
@@ -255,9 +253,52 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
         }
     }
 
-    Ok(Plan {
-        steps: in_dependency_order(name, steps)?,
-    })
+    let steps = in_dependency_order(name, steps)?;
+    decoupled_steps_in_line(name, &steps)?;
+    Ok(Plan { steps })
+}
+
+impl Plan {
+    /// Whether a step may answer with many responses, which makes the
+    /// ensemble decoupled too.
+    pub fn is_decoupled(&self) -> bool {
+        self.steps.iter().any(|s| s.decoupled)
+    }
+
+    /// Whether step `later` reads, directly or through other steps, what
+    /// step `earlier` produces (indices in plan order).
+    pub fn feeds(&self, earlier: usize, later: usize) -> bool {
+        let mut reached = vec![false; self.steps.len()];
+        reached[earlier] = true;
+        for i in earlier + 1..self.steps.len() {
+            reached[i] = self.steps[i].inputs.iter().any(|(_, tensor)| {
+                self.steps[..i]
+                    .iter()
+                    .enumerate()
+                    .any(|(j, s)| reached[j] && s.outputs.iter().any(|(_, t)| t == tensor))
+            });
+        }
+        reached[later]
+    }
+}
+
+/// Decoupled steps must lie on one line, each feeding the next: the steps
+/// after a decoupled step run once per response, and two streams that do
+/// not feed each other have no pairing of their responses to run them on.
+fn decoupled_steps_in_line(name: &str, steps: &[Step]) -> Result<()> {
+    let plan = Plan { steps: steps.to_vec() };
+    let decoupled: Vec<usize> = (0..steps.len()).filter(|&i| steps[i].decoupled).collect();
+    for pair in decoupled.windows(2) {
+        if !plan.feeds(pair[0], pair[1]) {
+            return Err(Error::invalid(format!(
+                "ensemble '{name}': {} and {} are both decoupled and neither reads what the other produces; \
+                 decoupled steps must follow one another",
+                steps[pair[0]].describe(),
+                steps[pair[1]].describe()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The steps sorted so that producers come first (Kahn's algorithm); an
@@ -394,6 +435,26 @@ mod tests {
     }
 
     #[test]
+    fn decoupled_steps_make_a_decoupled_ensemble_and_must_follow_one_another() {
+        let stream = SCALE.replace("\"scale\"", "\"stream\"");
+        let planned = plan(&ensemble(&format!("{stream}, {CLASSIFY}")), &members).unwrap();
+        assert!(planned.is_decoupled() && planned.steps[0].decoupled && !planned.steps[1].decoupled);
+        assert!(planned.feeds(0, 1) && !planned.feeds(1, 0));
+        let unary = plan(&ensemble(&format!("{SCALE}, {CLASSIFY}")), &members).unwrap();
+        assert!(!unary.is_decoupled());
+
+        // Two streams side by side: nothing pairs their responses.
+        let beside = stream.replace("\"scaled\"", "\"other\"");
+        let e = error(&format!("{stream}, {beside}, {CLASSIFY}"));
+        assert!(e.contains("are both decoupled and neither reads what the other produces"), "{e}");
+        // One after the other: each response of the first runs the second.
+        let after = r#"{ model_name: "stream" input_map { key: "X" value: "scaled" } output_map { key: "Y" value: "again" } }"#;
+        let classify_again = CLASSIFY.replace("\"scaled\"", "\"again\"");
+        let chained = plan(&ensemble(&format!("{stream}, {after}, {classify_again}")), &members).unwrap();
+        assert!(chained.feeds(0, 1) && chained.feeds(0, 2) && chained.feeds(1, 2));
+    }
+
+    #[test]
     fn a_member_that_is_not_loaded_is_named() {
         let e = plan(&ensemble(&SCALE.replace("\"scale\"", "\"gone\"")), &members).unwrap_err();
         assert_eq!(e.kind(), crate::error::ErrorKind::Unavailable);
@@ -474,8 +535,6 @@ mod tests {
             e,
             "ensemble 'pipe': tensor 'OUT' has shape [-1,3] (step 2 (model 'classify')), but step 3 (model 'scale') reads it as input 'X' of shape [-1,4]"
         );
-        let stream = SCALE.replace("\"scale\"", "\"stream\"");
-        assert!(error(&format!("{stream}, {CLASSIFY}")).contains("step 1 (model 'stream') is decoupled"));
         let small = SCALE.replace("\"scale\"", "\"small\"");
         assert_eq!(
             error(&format!("{small}, {CLASSIFY}")),

@@ -152,6 +152,21 @@ pub fn request(message: ModelInferRequest) -> Result<InferRequest> {
     })
 }
 
+/// The request parameter asking for an empty response that carries the
+/// final flag of a decoupled request.
+pub const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
+
+/// The response parameter that marks a request's last response.
+pub const FINAL: &str = "triton_final_response";
+
+/// Whether a streamed response is its request's last.
+pub fn is_final(response: &ModelInferResponse) -> bool {
+    response
+        .parameters
+        .get(FINAL)
+        .is_some_and(|p| p.parameter_choice == Some(ParameterChoice::BoolParam(true)))
+}
+
 /// A request this server sends to another (a remote model's call): raw
 /// contents, every output asked for by name.
 pub fn outgoing_request(

@@ -22,7 +22,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tonic::{Status, Streaming};
 
 use super::budget::{BodyAccount, CallDecodeAllowance, with_call_allowance};
-use super::convert;
+use super::convert::{self, EMPTY_FINAL, FINAL};
 use super::status::to_status;
 use crate::error::{Error, Result};
 use crate::model::stream::ResponseStream;
@@ -40,12 +40,6 @@ const OUTBOX: usize = 16;
 /// message waits (the client feels it as flow control).
 const DECOUPLED_IN_FLIGHT: usize = 64;
 
-/// The request parameter asking for an empty response that carries the
-/// final flag of a decoupled request.
-const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
-
-/// The response parameter that marks a request's last response.
-const FINAL: &str = "triton_final_response";
 
 /// What one stream is given by the handler.
 pub struct StreamContext {

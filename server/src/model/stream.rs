@@ -12,104 +12,64 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures::Stream;
-use tokio::sync::mpsc;
 
-use super::{Model, normalize};
+use super::{Model, Submitted};
 use crate::error::{Error, Result};
-use crate::memory_budget::Reservation;
 use crate::metrics::FailureReason;
-use crate::request::{InferRequest, RequestedOutput};
+use crate::request::InferRequest;
 use crate::response::InferResponse;
-use crate::scheduler::{CancelOnDrop, Work};
-use crate::tensor::Tensor;
-use crate::trace::RequestTrace;
+use crate::scheduler::responder::STREAM_DEPTH;
 
 /// The responses of one request to a decoupled model.
 pub struct ResponseStream {
     model: Arc<Model>,
-    id: String,
-    wanted: Vec<RequestedOutput>,
-    batch_size: usize,
-    responses: mpsc::Receiver<Result<Vec<Tensor>>>,
-    _cancel: CancelOnDrop,
-    _reservation: Reservation,
+    submitted: Submitted,
     arrived: Instant,
     /// What the statistics record when the stream goes: cancelled unless
     /// it ended (well, or with the error it carried).
     failure: Option<FailureReason>,
     ended: bool,
-    /// Ended with the stream; dropped unended, it records a cancellation.
-    trace: Option<Arc<RequestTrace>>,
 }
 
 impl std::fmt::Debug for ResponseStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResponseStream")
-            .field("id", &self.id)
+            .field("id", &self.submitted.id)
             .finish_non_exhaustive()
     }
 }
 
 impl Model {
     /// Queues a request of this decoupled model; its responses come on the
-    /// returned stream.
-    pub fn infer_stream(self: &Arc<Self>, mut request: InferRequest) -> Result<ResponseStream> {
+    /// returned stream. The same way in as a unary call ([`Model::infer`]),
+    /// with room for more responses.
+    pub fn infer_stream(self: &Arc<Self>, request: InferRequest) -> Result<ResponseStream> {
         if !self.is_decoupled() {
             return Err(Error::internal(format!("model '{}' is not decoupled", self.name)));
         }
         let arrived = Instant::now();
-        let id = std::mem::take(&mut request.id);
-        let parameters = std::mem::take(&mut request.parameters);
-        let reservation = std::mem::take(&mut request.reservation);
-        let trace = request.trace.take();
-        let stream_trace = trace.clone();
-        let trace_parent = std::mem::take(&mut request.trace_parent);
-        let normalized = match normalize::normalize(&self.config, &self.name, &id, request) {
-            Ok(normalized) => normalized,
+        let span = tracing::debug_span!("infer", model = %self.name, version = self.version, request_id = %request.id);
+        match self.submit(request, STREAM_DEPTH, span) {
+            Ok(submitted) => Ok(ResponseStream {
+                model: Arc::clone(self),
+                submitted,
+                arrived,
+                failure: Some(FailureReason::Canceled),
+                ended: false,
+            }),
             Err(e) => {
                 self.statistics
                     .record_request(Some(FailureReason::of(&e)), arrived.elapsed());
-                return Err(e);
+                Err(e)
             }
-        };
-        let work = Work {
-            batch_size: normalized.batch_size,
-            id: &id,
-            parameters: &parameters,
-            trace,
-            trace_parent: &trace_parent,
-        };
-        let (responses, cancel) = match self
-            .scheduler
-            .schedule_stream(normalized.inputs, work, &self.statistics)
-        {
-            Ok(queued) => queued,
-            Err(e) => {
-                self.statistics
-                    .record_request(Some(FailureReason::of(&e)), arrived.elapsed());
-                return Err(e);
-            }
-        };
-        Ok(ResponseStream {
-            model: Arc::clone(self),
-            id,
-            wanted: normalized.outputs,
-            batch_size: normalized.batch_size,
-            responses,
-            _cancel: cancel,
-            _reservation: reservation,
-            arrived,
-            failure: Some(FailureReason::Canceled),
-            ended: false,
-            trace: stream_trace,
-        })
+        }
     }
 }
 
 impl ResponseStream {
     /// The request's id, which every response carries.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.submitted.id
     }
 
     /// The version answering.
@@ -126,18 +86,23 @@ impl Stream for ResponseStream {
             return Poll::Ready(None);
         }
         let this = &mut *self;
-        match this.responses.poll_recv(cx) {
+        match this.submitted.responses.poll_recv(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(Some(Ok(tensors))) => {
-                let response = this
-                    .model
-                    .respond(this.id.clone(), tensors, &this.wanted, this.batch_size, false);
+                let submitted = &this.submitted;
+                let response = this.model.respond(
+                    submitted.id.clone(),
+                    tensors,
+                    &submitted.wanted,
+                    submitted.batch_size,
+                    false,
+                );
                 Poll::Ready(Some(response))
             }
             Poll::Ready(Some(Err(e))) => {
                 this.failure = Some(FailureReason::of(&e));
                 this.ended = true;
-                if let Some(trace) = this.trace.take() {
+                if let Some(trace) = this.submitted.trace.take() {
                     trace.finish(Some(&e));
                 }
                 Poll::Ready(Some(Err(e)))
@@ -145,7 +110,7 @@ impl Stream for ResponseStream {
             Poll::Ready(None) => {
                 this.failure = None;
                 this.ended = true;
-                if let Some(trace) = this.trace.take() {
+                if let Some(trace) = this.submitted.trace.take() {
                     trace.finish(None);
                 }
                 Poll::Ready(None)

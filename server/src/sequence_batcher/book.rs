@@ -17,7 +17,9 @@
 //!   released, and its place goes to the backlog.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::correlation::{CorrelationId, Flags};
 use crate::error::Error;

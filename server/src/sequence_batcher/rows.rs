@@ -46,6 +46,15 @@ pub fn inputs(
     client
 }
 
+/// Whether a response carries the sequence's states (a decoupled model
+/// may update them in only some of its responses).
+pub fn carries_states(settings: &SequenceConfig, outputs: &[Tensor]) -> bool {
+    settings
+        .states
+        .iter()
+        .any(|spec| outputs.iter().any(|t| t.name == spec.output))
+}
+
 /// Splits an answer into what the client gets and the states to keep
 /// (`None` when the request failed or a state output is missing: the
 /// sequence keeps its old states).

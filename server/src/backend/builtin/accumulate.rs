@@ -28,7 +28,7 @@ use nereid_proto::inference::model_config::SchedulingChoice;
 use nereid_proto::inference::model_sequence_batching::control::Kind as ControlKind;
 use nereid_proto::inference::{ModelConfig, ModelSequenceBatching};
 
-use crate::backend::{Backend, BatchInput, Execution, InstanceSpec, ModelInstance};
+use crate::backend::{Backend, BatchInput, BatchedInstance, Execution, InstanceSpec, ModelInstance};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::model_config::autocomplete::ModelSignature;
@@ -93,8 +93,8 @@ struct Accumulate {
     state_out: String,
 }
 
-impl ModelInstance for Accumulate {
-    fn execute(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
+impl BatchedInstance for Accumulate {
+    fn run(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
         let find = |name: &str| super::input(&inputs, "accumulate", name);
         let values = ints(&find(&self.input)?.contiguous());
@@ -167,14 +167,9 @@ mod tests {
                     initial_state { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" } } ]
         }"#;
 
-    fn column(name: &str, values: &[i32]) -> BatchInput {
+    fn column(name: &str, values: &[i32]) -> Tensor {
         let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        BatchInput::single(Tensor::new(
-            name,
-            DataType::Int32,
-            vec![values.len() as i64, 1],
-            data.into(),
-        ))
+        Tensor::new(name, DataType::Int32, vec![values.len() as i64, 1], data.into())
     }
 
     #[test]
@@ -188,15 +183,14 @@ mod tests {
                 intra_op_threads: 1,
             })
             .unwrap();
-        let out = instance
-            .execute(vec![
-                column("INPUT", &[5, 7, 1]),
-                column("SUM_IN", &[100, 3, 9]),
-                column("START", &[0, 1, 0]),
-            ])
-            .unwrap();
-        assert_eq!(ints(&out.outputs[0].data), [105, 7, 10]);
-        assert_eq!(out.outputs[1].name, "SUM_OUT");
-        assert_eq!(ints(&out.outputs[1].data), [105, 7, 10]);
+        let inputs = vec![
+            column("INPUT", &[5, 7, 1]),
+            column("SUM_IN", &[100, 3, 9]),
+            column("START", &[0, 1, 0]),
+        ];
+        let (outputs, _) = crate::backend::execute_one(instance.as_mut(), inputs, 3).unwrap();
+        assert_eq!(ints(&outputs[0].data), [105, 7, 10]);
+        assert_eq!(outputs[1].name, "SUM_OUT");
+        assert_eq!(ints(&outputs[1].data), [105, 7, 10]);
     }
 }

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use nereid_proto::inference::ModelConfig;
 
-use crate::backend::{Backend, BatchInput, Execution, InstanceSpec, ModelInstance, ResponseSink};
+use crate::backend::{Backend, Batch, InstanceSpec, ModelInstance, ResponseSink};
 use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::model_config::autocomplete::ModelSignature;
@@ -114,14 +114,9 @@ struct Repeat {
 }
 
 impl ModelInstance for Repeat {
-    fn execute(&mut self, _: Vec<BatchInput>) -> Result<Execution> {
-        Err(Error::unsupported(
-            "the repeat model is decoupled: it answers over a stream",
-        ))
-    }
-
-    fn execute_decoupled(&mut self, requests: Vec<Vec<Tensor>>, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+    fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
         let started = Instant::now();
+        let requests = batch.requests;
         let size = self.datatype.byte_size().expect("checked at creation");
         for (at, inputs) in requests.iter().enumerate() {
             let began = Instant::now();
@@ -241,6 +236,13 @@ mod tests {
         Tensor::new("IN", DataType::Int32, vec![values.len() as i64], data.into())
     }
 
+    fn batch(requests: Vec<Vec<Tensor>>) -> Batch {
+        Batch {
+            sizes: vec![1; requests.len()],
+            requests,
+        }
+    }
+
     fn instance() -> Box<dyn ModelInstance> {
         let config = parse(CONFIG).unwrap();
         RepeatBackend
@@ -260,7 +262,7 @@ mod tests {
             stop_after: usize::MAX,
         };
         instance()
-            .execute_decoupled(vec![vec![ints(&[4, 5, 6])], vec![ints(&[9])]], &mut sink)
+            .execute(batch(vec![vec![ints(&[4, 5, 6])], vec![ints(&[9])]]), &mut sink)
             .unwrap();
         let seen: Vec<(usize, i32, u32)> = sink
             .sent
@@ -291,7 +293,7 @@ mod tests {
         };
         let started = Instant::now();
         instance()
-            .execute_decoupled(vec![vec![ints(&[7, 8]), uint32("WAIT", 150)]], &mut sink)
+            .execute(batch(vec![vec![ints(&[7, 8]), uint32("WAIT", 150)]]), &mut sink)
             .unwrap();
         assert_eq!(sink.sent.len(), 2);
         assert!(
@@ -310,7 +312,7 @@ mod tests {
         let started = Instant::now();
         // Held for an hour unless the cancellation (after the one response) ends it.
         instance()
-            .execute_decoupled(vec![vec![ints(&[7]), uint32("WAIT", 3_600_000)]], &mut sink)
+            .execute(batch(vec![vec![ints(&[7]), uint32("WAIT", 3_600_000)]]), &mut sink)
             .unwrap();
         assert_eq!(sink.sent.len(), 1);
         assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
@@ -336,7 +338,7 @@ mod tests {
             let mut sink = GoneAfterOne(0);
             let delays: Vec<u8> = [0u32, 3_600_000].iter().flat_map(|v| v.to_le_bytes()).collect();
             let delay = Tensor::new("DELAY", DataType::Uint32, vec![2], delays.into());
-            let outcome = instance().execute_decoupled(vec![vec![ints(&[7, 8]), delay]], &mut sink);
+            let outcome = instance().execute(batch(vec![vec![ints(&[7, 8]), delay]]), &mut sink);
             let _ = done.send((outcome.is_ok(), sink.0));
         });
         let (ok, sent) = finished
@@ -354,7 +356,7 @@ mod tests {
         };
         let wait = Tensor::new("WAIT", DataType::Uint32, vec![2], Bytes::from_static(&[0; 8]));
         let e = instance()
-            .execute_decoupled(vec![vec![ints(&[7]), wait]], &mut sink)
+            .execute(batch(vec![vec![ints(&[7]), wait]]), &mut sink)
             .unwrap_err();
         assert!(e.message().contains("'WAIT' holds one value, got 2"), "{e}");
         assert!(sink.sent.is_empty());
@@ -367,7 +369,7 @@ mod tests {
             stop_after: 2,
         };
         instance()
-            .execute_decoupled(vec![vec![ints(&[1, 2, 3, 4, 5])]], &mut sink)
+            .execute(batch(vec![vec![ints(&[1, 2, 3, 4, 5])]]), &mut sink)
             .unwrap();
         assert_eq!(sink.sent.len(), 2);
     }
