@@ -11,11 +11,12 @@
 # loaded by its own nereid-perf at concurrency N for the same window, so a
 # swing of the machine hits both alike and each round's ratio B/A is read
 # within the round. Both get the same CPU time from the scheduler; the more
-# efficient one answers more requests with it (docs/benchmarks.md §20: the
-# same binary against itself read 0.97-1.07 per round). A BINARY may be a
-# wrapper script that execs nereid-server (to preload another allocator,
-# set GLIBC_TUNABLES, ...). A benchmark, not a test: nothing fails on a
-# timing. Talks to 127.0.0.1 only; stops what it starts, by PID.
+# efficient one answers more requests with it (docs/benchmarks-log.md,
+# entry 20: the same binary against itself read 0.97-1.07 per round). A
+# BINARY may be a wrapper script that execs nereid-server (to preload
+# another allocator, set GLIBC_TUNABLES, ...). A benchmark, not a test:
+# nothing fails on a timing. Talks to 127.0.0.1 only; stops what it starts,
+# by PID.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 

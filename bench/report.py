@@ -1,10 +1,13 @@
-"""Reads bench/run.sh's results and prints the tables, the ratios and the targets.
+"""Reads bench/run.sh's results and prints the targets, the tables and the ratios.
 
     .venv/bin/python bench/report.py bench/results [--write docs/benchmarks.md]
 
-With --write, only the part of the file between its two markers is replaced,
-so the hand-written sections around it (the gateway, ensembles, VAD, the
-profiles before a change) survive a new run.
+With --write, two parts of the file are replaced, each between its own pair
+of markers: the "Targets and current figures" table, where only the rows
+whose command is bench/run.sh are rewritten and every other row (the
+gateway's, the ensembles', VAD's, ..., measured by other scripts) is kept as
+written, and the generated sections (the header, sections 1-3, the profile).
+The hand-written rest of the file survives a new run.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def best_of(rows: list[dict]) -> float | None:
 
 
 def load_rounds(results: Path) -> list[Round]:
-    """bench/run.sh's section 5: files named roundN-..., one Round per N."""
+    """bench/run.sh's target rounds (its last step): files named roundN-..., one Round per N."""
     numbers = sorted(
         int(m[1]) for f in results.glob("round*-server-identity-grpc.json") if (m := re.match(r"round(\d+)-", f.name))
     )
@@ -114,7 +117,22 @@ def fmt_cpu(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f}"
 
 
-def build(results: Path) -> str:
+# The command column of the targets table. The rows bench/run.sh owns start
+# with RUN_SH; write() keeps every other row as the file has it.
+RUN_SH = "`bench/run.sh`"
+ROUNDS_COMMAND = f"{RUN_SH} (target rounds)"
+SWEEP_COMMAND = f"{RUN_SH} (single sweep)"
+
+
+@dataclass
+class Report:
+    """What one run writes: the targets table's bench/run.sh part, and the sections."""
+
+    targets: str
+    sections: str
+
+
+def build(results: Path) -> Report:
     out: list[str] = []
     # Each model in-process twice: one session on every core (the thread
     # settings the served models use, and so the limit they are read
@@ -126,9 +144,10 @@ def build(results: Path) -> str:
     server = {(m, p): by_concurrency(load(results, f"server-{m}-{p}")) for m in MODELS for p in PROTOCOLS}
     commit_file = results / "commit.txt"
     commit = commit_file.read_text().strip() if commit_file.exists() else "unknown"
+    today = datetime.date.today().isoformat()
 
     out.append(
-        f"Measured by `bench/run.sh` on {datetime.date.today().isoformat()} at commit `{commit}`: "
+        f"Measured by `bench/run.sh` on {today} at commit `{commit}`: "
         f"{os.cpu_count()} cores ({cpu_model()}), {platform.system()} {platform.release()}, no GPU. "
         "Identity and the echo servers it is read against run pinned to core 0 with the load generator "
         "(nereid-perf) on core 1; the MLPs and their echo baseline run unpinned, since ONNX Runtime needs "
@@ -235,27 +254,38 @@ def build(results: Path) -> str:
                 out.append(f"| {m['share']} | {m['object']} | `[{m['kind']}] {frame}` |")
             out.append("")
 
-    out.append("## Targets\n")
+    sections = "\n".join(out)
+
+    # The targets, for the first page's table: one row each, the command last.
+    out = []
     sweep = Round(echo, echo_free, server, best)
     rounds = load_rounds(results) or [sweep]
     if rounds[0] is sweep:
-        source = "sections 1-3 above, as one round"
+        rounds_command = SWEEP_COMMAND
+        source = "No target rounds were measured, so every row comes from the single sweep (sections 1-3 below)."
     else:
-        count = f"{len(rounds)} rounds" if len(rounds) > 1 else "one round"
-        source = f"section 5's {count}, each ratio read within its round"
-    out.append(
-        f"The rows with a round each come from {source}; a goal is read on the median. The rows after them "
-        "come from sections 1-3.\n"
-    )
-    out.append("| target | median | each round | goal | |")
-    out.append("|---|---:|---|---:|---|")
+        rounds_command = ROUNDS_COMMAND
+        count = f"{len(rounds)} alternating rounds" if len(rounds) > 1 else "one round"
+        source = (
+            f"A row marked target rounds gives the median of {count}, then each round's figure: each round "
+            "measures both sides of every ratio within a minute or two, and the target is read on the median. "
+            "A row marked single sweep comes from sections 1-3 below."
+        )
+    out.append(f"The {RUN_SH} rows are its run of {today} at commit `{commit}`. {source}\n")
+    out.append("| what is measured | target | current figure | holds | command |")
+    out.append("|---|---|---|---|---|")
+
+    def target_row(label: str, goal: str, figure: str, holds: str, command: str) -> None:
+        out.append(f"| {label} | {goal} | {figure} | {holds} | {command} |")
 
     def row_of(label: str, values: list[tuple[float, str]], goal: str, ok, unit: str = "") -> None:
         if not values:
             return
         mid = statistics.median(v for v, _ in values)
         shown = f"{mid:.0f}{unit}" if unit else f"{mid:.2f}"
-        out.append(f"| {label} | {shown} | {' · '.join(d for _, d in values)} | {goal} | {verdict(ok(mid)) if ok else ''} |")
+        each = "rounds" if len(values) > 1 else "round"
+        figure = f"{shown}; {each}: {' · '.join(d for _, d in values)}"
+        target_row(label, goal, figure, verdict(ok(mid)) if ok else "", rounds_command)
 
     for p in PROTOCOLS:
         values, throughput = [], []
@@ -266,7 +296,7 @@ def build(results: Path) -> str:
             if row and e and e["throughput"]:
                 throughput.append((row["throughput"] / e["throughput"], f"{row['throughput'] / e['throughput']:.2f}"))
         row_of(f"identity {PROTOCOL_NAMES[p]} c32, server CPU/request / echo's", values, "<= 1.25", lambda v: v <= 1.25)
-        row_of(f"identity {PROTOCOL_NAMES[p]} c32, throughput / echo's", throughput, "(report)", None)
+        row_of(f"identity {PROTOCOL_NAMES[p]} c32, throughput / echo's", throughput, "(reported)", None)
     for p in PROTOCOLS:
         values = []
         for r in rounds:
@@ -301,44 +331,78 @@ def build(results: Path) -> str:
         row, e = server[("mlp_small", p)].get(1), echo[p].get(1)
         if row and e and "mlp_small" in batch1_p50:
             budget = e["p50_us"] + batch1_p50["mlp_small"] + 50
-            out.append(
-                f"| mlp_small {PROTOCOL_NAMES[p]} c1 p50 (us) | {row['p50_us']} | | <= {budget:.0f} "
-                f"(echo {e['p50_us']} + compute {batch1_p50['mlp_small']:.0f} + 50) | {verdict(row['p50_us'] <= budget)} |"
+            target_row(
+                f"mlp_small {PROTOCOL_NAMES[p]} c1 p50 (us)",
+                f"<= {budget:.0f} (echo {e['p50_us']} + compute {batch1_p50['mlp_small']:.0f} + 50)",
+                str(row["p50_us"]),
+                verdict(row["p50_us"] <= budget),
+                SWEEP_COMMAND,
             )
     for m in MODELS:
         for p in PROTOCOLS:
             row = server[(m, p)].get(64)
             if row:
-                out.append(f"| {m} {PROTOCOL_NAMES[p]} c64 p99 (us) | {row['p99_us']} | | (report) | |")
+                target_row(f"{m} {PROTOCOL_NAMES[p]} c64 p99 (us)", "(reported)", str(row["p99_us"]), "", SWEEP_COMMAND)
     idle_file = results / "server-idle-rss-kib.txt"
     if idle_file.exists():
         rss_mib = int(idle_file.read_text().strip()) / 1024
-        out.append(f"| server RSS, idle, examples/models loaded | {rss_mib:.0f} MiB | | < 100 MiB | {verdict(rss_mib < 100)} |")
+        target_row(
+            "server RSS, idle, examples/models loaded", "< 100 MiB", f"{rss_mib:.0f} MiB", verdict(rss_mib < 100), SWEEP_COMMAND
+        )
     rss_file = results / "server-rss-kib.txt"
     if rss_file.exists():
         rss_mib = int(rss_file.read_text().strip()) / 1024
-        out.append(f"| server RSS, idle, examples/models + bench/models (96 MiB of mlp_large weights) | {rss_mib:.0f} MiB | | (report) | |")
-    out.append("")
-    return "\n".join(out)
+        target_row(
+            "server RSS, idle, examples/models + bench/models (96 MiB of mlp_large weights)",
+            "(reported)",
+            f"{rss_mib:.0f} MiB",
+            "",
+            SWEEP_COMMAND,
+        )
+    return Report(targets="\n".join(out), sections=sections)
 
 
 BEGIN = "<!-- bench/run.sh writes from here -->"
 END = "<!-- bench/run.sh writes up to here -->"
+TARGETS_BEGIN = "<!-- bench/run.sh writes the targets table from here -->"
+TARGETS_END = "<!-- bench/run.sh writes the targets table up to here -->"
 
 
-def write(path: Path, body: str) -> None:
-    """Replaces the part between the markers; the hand-written rest stays."""
-    block = f"{BEGIN}\n{body}\n{END}"
+def between(text: str, begin: str, end: str) -> tuple[str, str, str]:
+    """The text before `begin`, between the markers, and after `end`."""
+    before, rest = text.split(begin, 1)
+    inside, after = rest.split(end, 1)
+    return before, inside, after
+
+
+def command_of(row: str) -> str:
+    """A table row's last cell (its command); `\\|` inside a cell is not a border."""
+    return re.split(r"(?<!\\)\|", row.strip().strip("|"))[-1].strip()
+
+
+def kept_rows(old_table: str) -> list[str]:
+    """The rows of the old targets table that bench/run.sh does not own."""
+    rows = [line for line in old_table.splitlines() if line.startswith("|")]
+    return [row for row in rows[2:] if not command_of(row).startswith(RUN_SH)]
+
+
+def write(path: Path, report: Report) -> None:
+    """Replaces the two generated parts; the hand-written rest stays."""
+    sections = f"{BEGIN}\n{report.sections}\n{END}"
     if not path.exists():
+        targets = f"{TARGETS_BEGIN}\n{report.targets}\n\n{TARGETS_END}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# Benchmarks\n\n{block}\n")
+        path.write_text(f"# Benchmarks\n\n## Targets and current figures\n\n{targets}\n\n{sections}\n")
         return
     text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path} has no '{BEGIN}' ... '{END}' markers; not overwriting it")
-    before, rest = text.split(BEGIN, 1)
-    _, after = rest.split(END, 1)
-    path.write_text(before + block + after)
+    for begin, end in ((TARGETS_BEGIN, TARGETS_END), (BEGIN, END)):
+        if begin not in text or end not in text:
+            raise SystemExit(f"{path} has no '{begin}' ... '{end}' markers; not overwriting it")
+    before, old_table, after = between(text, TARGETS_BEGIN, TARGETS_END)
+    table = "\n".join([report.targets, *kept_rows(old_table)])
+    text = f"{before}{TARGETS_BEGIN}\n{table}\n\n{TARGETS_END}{after}"
+    before, _, after = between(text, BEGIN, END)
+    path.write_text(before + sections + after)
 
 
 def main() -> None:
@@ -346,10 +410,12 @@ def main() -> None:
     parser.add_argument("results", type=Path)
     parser.add_argument("--write", type=Path, help="also write the report into this markdown file, between its markers")
     args = parser.parse_args()
-    body = build(args.results)
-    print(body)
+    report = build(args.results)
+    print(report.targets)
+    print()
+    print(report.sections)
     if args.write:
-        write(args.write, body)
+        write(args.write, report)
 
 
 if __name__ == "__main__":

@@ -25,10 +25,11 @@
 # window (--server-pid), so each level also gives CPU per request.
 #
 # Results go to bench/results/ (JSON per run) and bench/report.py prints the
-# tables, ratios and targets and rewrites its part of docs/benchmarks.md (the
-# hand-written sections stay). A benchmark, not a test: nothing here fails on
-# a timing. Everything talks to 127.0.0.1 only and every process it starts is
-# stopped by PID.
+# targets, tables and ratios and rewrites its two parts of docs/benchmarks.md
+# (its rows of the targets table, and the sections of this run; the other
+# rows and the hand-written text stay). A benchmark, not a test: nothing here
+# fails on a timing. Everything talks to 127.0.0.1 only and every process
+# it starts is stopped by PID.
 #
 #   bench/run.sh [--quick]     (--quick: shorter windows and one round, for a smoke run)
 set -euo pipefail

@@ -19,7 +19,8 @@
 //! writes them together. At 4 KiB requests, c=64, against the echo server
 //! the client spent 32 us per call through the channel, more than the
 //! server it measured, and drove the echo at 33k calls/s; with h2 it
-//! spends 17 us and drives the echo at 49k/s (docs/benchmarks.md, §16).
+//! spends 17 us and drives the echo at 49k/s (docs/benchmarks-log.md,
+//! entry 16).
 
 use bytes::{Bytes, BytesMut};
 use h2::RecvStream;

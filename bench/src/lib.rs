@@ -1,8 +1,11 @@
 //! Nereid's benchmark tools: `nereid-perf`, a KServe v2 load generator in
-//! the spirit of Triton's perf_analyzer, and two baselines to read its
+//! the spirit of Triton's perf_analyzer, and three baselines to read its
 //! numbers against: `nereid-echo` (the transport alone: a server that
 //! answers every infer with its inputs) and `nereid-compute-limit` (the
-//! model alone: ONNX Runtime in-process, no network).
+//! model alone: ONNX Runtime in-process, no network), which bench/run.sh
+//! reads nereid-server against, and `nereid-relay` (a proxy that copies
+//! bytes and parses nothing), the floor bench/gateway.sh reads
+//! nereid-gateway against.
 //!
 //! # Layout
 //!

@@ -161,7 +161,7 @@ pub struct Args {
     /// Threads that serve requests; 0 means one per CPU. One thread spends
     /// about a fifth less CPU per request than two on a small machine (no
     /// wake-ups between threads), at the cost of using one core at most:
-    /// see docs/benchmarks.md before changing it.
+    /// see docs/benchmarks-log.md, entry 5, before changing it.
     #[arg(long, env = "NEREID_GATEWAY_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 

@@ -21,8 +21,13 @@
 //!
 //! `IsActive` is true while the model has work (requests pending or
 //! inferences in the window). KEDA scales a model to zero on it; from zero no
-//! pod exists whose queue could be read, so waking a model up needs requests
-//! that wait somewhere the operator can see (the gateway's queue).
+//! pod exists whose queue could be read, and nothing else holds requests for
+//! the operator to see: nereid-gateway has no queue, and refuses a request
+//! for a model with no ready pod at once (503 / UNAVAILABLE, counted in
+//! `nereid_gateway_failures_total{reason="no_ready_endpoints"}`, which the
+//! operator does not read). So this scaler never wakes a model up by itself:
+//! that needs another trigger on the ScaledObject, or replicas set some
+//! other way.
 //!
 //! Who is answered ([`scope`]): only triggers naming a namespace the
 //! operator watches (else PERMISSION_DENIED) and a model it serves there

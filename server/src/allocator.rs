@@ -11,7 +11,10 @@
 //! returned on free, and RSS stays within the budget plus fixed overhead
 //! (docs/hardening.md has the figures).
 //!
-//! The only `unsafe` in the server: one call into the C library.
+//! One of the server's two `unsafe` blocks outside tests, each one call into
+//! the C library: this `mallopt`, and `geteuid` in `shared_memory::object`
+//! (whose test-only helpers also call `shm_open`, `ftruncate`, `close` and
+//! `shm_unlink`).
 
 /// Blocks this large or larger are mmapped, and unmapped when freed.
 const MMAP_THRESHOLD: libc::c_int = 256 << 10;

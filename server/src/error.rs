@@ -10,7 +10,7 @@
 pub enum ErrorKind {
     /// The request is malformed or does not match the model (HTTP 400, gRPC INVALID_ARGUMENT).
     InvalidArgument,
-    /// The model or version is not known (HTTP 400, gRPC NOT_FOUND/UNAVAILABLE as Triton maps it).
+    /// The model or version is not known (HTTP 404, gRPC NOT_FOUND).
     NotFound,
     /// The model exists but cannot serve now: not loaded, queue full.
     Unavailable,
@@ -25,8 +25,10 @@ pub enum ErrorKind {
     Internal,
     /// The resource being created already exists.
     AlreadyExists,
-    /// The server is at a limit it sheds load at (memory in flight,
-    /// connections): HTTP 503, gRPC RESOURCE_EXHAUSTED. Retrying later may work.
+    /// The server is at a limit it sheds load at (request bytes in flight,
+    /// `--max-in-flight-bytes`; shared memory regions registered): HTTP 503,
+    /// gRPC RESOURCE_EXHAUSTED. Retrying later may work. (A connection past
+    /// its port's cap is closed at once, with no error to carry.)
     ResourceExhausted,
     /// The API is restricted and the request lacks its header (HTTP 403,
     /// gRPC PERMISSION_DENIED).
@@ -34,7 +36,9 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// A stable label, used in logs and later in metrics.
+    /// A stable label: a failed request's trace span carries it as
+    /// `error.kind`. Metrics do not use it; they count a failure under
+    /// Triton's `reason` instead (`metrics::model::FailureReason`).
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorKind::InvalidArgument => "invalid_argument",

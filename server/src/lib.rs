@@ -37,14 +37,14 @@
 //! request, response, tensor,      the protocol-free types
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
-//! shared_memory                   Triton's system shared memory regions (the mapped memory), and
+//! shared_memory                   Triton's system shared memory regions (read and written in place), and
 //!                                 CUDA's (none without a GPU)
 //! in_flight                       counts requests so shutdown drains exactly them
 //! memory_budget                   the global cap on request bytes held at once
 //! ```
 //!
-//! `allocator` (glibc's mallopt) and `shared_memory::mapping` (mmap of the
-//! clients' regions) hold the server's only `unsafe` code.
+//! `allocator` (glibc's `mallopt`) and `shared_memory::object` (`geteuid`)
+//! hold the server's only `unsafe` code.
 //!
 //! `main.rs` wires it: flags into options, the front ends onto their
 //! listeners, and the shutdown sequence.

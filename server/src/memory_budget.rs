@@ -4,10 +4,13 @@
 //! `--grpc-max-message-size`), but N concurrent maximum-size requests would
 //! still need N times that. Every byte of request data is therefore reserved
 //! here before it is held: body frames as they arrive, decompressed bodies as
-//! they inflate, typed buffers decoded from JSON before they are allocated.
-//! A [`Reservation`] travels with the request's inputs and gives its bytes
+//! they inflate, typed buffers decoded from JSON before they are allocated,
+//! inputs read from a shared memory region before they are copied. A
+//! [`Reservation`] travels with the request's inputs and gives its bytes
 //! back when they are dropped (answered, failed or cancelled), so the cap
-//! bounds what is really resident.
+//! bounds what is really resident. An HTTP answer is reserved as well: at
+//! its worst-case size before it is written, then at what was written until
+//! it has been sent.
 //!
 //! Nothing ever waits for room: a request that does not fit is refused at
 //! once (HTTP 503, gRPC RESOURCE_EXHAUSTED), which is load shedding, not
@@ -75,7 +78,9 @@ impl MemoryBudget {
 /// Bytes held by one request; returned to the budget on drop.
 ///
 /// The default reservation belongs to no budget and never refuses: requests
-/// built in-process (tests, later the ensemble's internal steps) carry one.
+/// built in-process carry one, in tests and for each step of an ensemble
+/// (the client's request to the ensemble holds its reservation while the
+/// ensemble runs; the tensors passed between steps are not counted apart).
 #[derive(Debug, Default)]
 pub struct Reservation {
     budget: Option<Arc<MemoryBudget>>,
@@ -117,10 +122,12 @@ impl Reservation {
         Ok(())
     }
 
-    /// Counts `bytes` more without ever refusing: for memory that exists
-    /// already (an answer computed and encoded), where refusing would only
-    /// waste the work. It still makes the budget refuse new requests while
-    /// it is held.
+    /// Counts `bytes` more without ever refusing, for memory that exists
+    /// already, where refusing would only waste the work; it still makes the
+    /// budget refuse new requests while it is held. Only the tests call it
+    /// now: an HTTP answer, which it was for, is reserved with
+    /// [`Reservation::grow`] at its worst case before it is written, and
+    /// refused when that does not fit.
     pub fn charge(&mut self, bytes: usize) {
         if let Some(budget) = &self.budget {
             budget.take_anyway(bytes);

@@ -19,7 +19,7 @@
 //! other's answers and next requests travel, and both slower for it (the
 //! bench's mlp_large at 64 clients over HTTP: batches of 32 and 0.73-0.82
 //! of the in-process best; with this rule, full batches and 0.85-0.88, in
-//! docs/benchmarks.md §14). The delay is so the longest a batch is held
+//! docs/benchmarks-log.md, entry 14). The delay is so the longest a batch is held
 //! back from an idle instance, which is the only wait the batcher chooses;
 //! with an instance idle all along, the rule is Triton's.
 

@@ -9,7 +9,7 @@
 //! the `grpc-status` trailers. tonic's generic unary path (its router,
 //! streaming decoder, encoder body and four nested body adapters) cost 17
 //! of the 71 heap allocations of an identity call and a tenth to a quarter
-//! of its CPU (docs/benchmarks.md, section 11). Every other call, and a
+//! of its CPU (docs/benchmarks-log.md, entry 11). Every other call, and a
 //! ModelInfer whose message is compressed (`grpc-encoding`), goes to tonic
 //! as before, so the two paths answer the same: the handler is shared, and
 //! the framing errors below carry tonic's codes and words.

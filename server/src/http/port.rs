@@ -6,12 +6,12 @@
 //! routing stores the matched path and the path parameters in the
 //! request's extensions, its boxed and cloned services and response
 //! conversions allocate, and a tower layer boxed the future and the body
-//! once more to count the request in flight (docs/benchmarks.md §10 has the
-//! profile). Here one match on the path finds the model, and the answer's
-//! body goes to hyper as it is. Everything else (health, metadata,
-//! repository, settings) keeps the router, where a few allocations do not
-//! matter; a model name with percent-escapes goes there too, so that axum
-//! decodes it exactly as it does for every other route.
+//! once more to count the request in flight (the profile is in
+//! docs/benchmarks-log.md, entry 10). Here one match on the path finds the
+//! model, and the answer's body goes to hyper as it is. Everything else
+//! (health, metadata, repository, settings) keeps the router, where a few
+//! allocations do not matter; a model name with percent-escapes goes there
+//! too, so that axum decodes it exactly as it does for every other route.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -9,7 +9,8 @@
 //! connections from the shared [`Acceptor`] (connection cap, TLS, handshake
 //! deadline), and corked HTTP/2 connections: h2 flushes after each DATA
 //! frame it writes, so without the cork a gRPC answer's trailers leave in a
-//! second write and wake the client a second time (docs/benchmarks.md §12).
+//! second write and wake the client a second time (docs/benchmarks-log.md,
+//! entry 12).
 
 use std::future::Future;
 use std::pin::pin;
