@@ -412,9 +412,11 @@ def test_grpc_calls_beyond_the_budget_get_resource_exhausted(budget_server):
         # ONNX Runtime models answer once per request; only backends that
         # stream (like `repeat`) may be decoupled.
         ({"model_transaction_policy": {"decoupled": True}}, ["backend 'onnxruntime'", "cannot run decoupled"]),
+        # A decoupled sequence model is served (tests/test_decoupled_paths.py),
+        # but only by a backend that streams.
         (
             {"sequence_batching": {}, "model_transaction_policy": {"decoupled": True}},
-            ["decoupled models with sequence_batching", "not supported by this server yet"],
+            ["backend 'onnxruntime'", "cannot run decoupled"],
         ),
         # The server feeds a control input: the model file must have it.
         (

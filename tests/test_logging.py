@@ -70,6 +70,21 @@ def test_verbose_level_changes_what_is_logged_without_a_restart(log_server):
     assert not any("inference done" in line for line in _lines_after(log_server, mark))
 
 
+def test_an_instance_threads_line_about_a_request_carries_its_id(log_server):
+    """The request's span travels with it to the instance thread: what that
+    thread logs about the request names it."""
+    helpers.http_post(log_server, "/v2/logging", json={"log_verbose_level": 1})
+    mark = len(log_server.output().splitlines())
+    a, b = helpers.simple_inputs()
+    body = helpers.simple_json_request(a, b)
+    body["id"] = "req-on-the-instance-42"
+    assert helpers.post_infer(log_server, "simple", body).status_code == 200
+    lines = _wait_for_line(log_server, mark, "taken up by an instance")
+    taken = [line for line in lines if "taken up by an instance" in line]
+    assert taken, lines
+    assert "req-on-the-instance-42" in taken[0] and "simple" in taken[0], taken[0]
+
+
 def test_json_format_and_severities_switch_live(log_server):
     helpers.http_post(log_server, "/v2/logging", json={"log_format": "json", "log_verbose_level": 1})
     mark = len(log_server.output().splitlines())

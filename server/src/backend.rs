@@ -244,6 +244,11 @@ impl Backend for NoInstances {
             spec.config.name
         )))
     }
+
+    /// They stream whatever their members or their remote stream.
+    fn decoupled(&self) -> bool {
+        true
+    }
 }
 
 /// The model file of a version: `default_model_filename` or the backend's

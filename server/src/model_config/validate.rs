@@ -69,17 +69,10 @@ pub fn validate(config: &ModelConfig) -> Result<()> {
 }
 
 /// Scheduling that does not fit the model: a choice meant for another kind
-/// of model, or a combination this server does not have yet (such a model
-/// must not load: served otherwise, it would answer wrongly).
+/// of model (such a model must not load: served otherwise, it would answer
+/// wrongly).
 fn check_scheduling(config: &ModelConfig) -> Result<()> {
     match &config.scheduling_choice {
-        Some(SchedulingChoice::SequenceBatching(_))
-            if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) =>
-        {
-            return Err(Error::unsupported(
-                "decoupled models with sequence_batching are not supported by this server yet",
-            ));
-        }
         Some(SchedulingChoice::EnsembleScheduling(_)) if config.platform != "ensemble" => {
             return Err(Error::invalid(
                 "ensemble_scheduling belongs to models of platform 'ensemble'",
@@ -195,16 +188,11 @@ mod tests {
     }
 
     #[test]
-    fn refuses_what_it_cannot_serve_yet() {
+    fn a_decoupled_sequence_model_is_a_valid_config() {
+        // As in Triton; whether the backend can stream is checked when it is known.
         let io = r#"input [ { name: "A" data_type: TYPE_INT32 dims: [1] } ] output [ { name: "B" data_type: TYPE_INT32 dims: [1] } ]"#;
         let both = format!("{io} sequence_batching {{ }} model_transaction_policy {{ decoupled: true }}");
-        let err = validate(&parse(&both).unwrap()).unwrap_err();
-        assert_eq!(err.kind(), crate::error::ErrorKind::Unsupported);
-        assert!(
-            err.message().contains("decoupled models with sequence_batching"),
-            "{err}"
-        );
-        // Each alone is fine here; whether the backend can stream is checked when it is known.
+        validate(&parse(&both).unwrap()).unwrap();
         validate(&parse(&format!("{io} sequence_batching {{ }}")).unwrap()).unwrap();
         validate(&parse(&format!("{io} model_transaction_policy {{ decoupled: true }}")).unwrap()).unwrap();
     }
