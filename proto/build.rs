@@ -38,14 +38,17 @@ fn main() -> Result<(), Box<dyn Error>> {
     // Every message knows its protobuf name (`prost::Name`), so the codec
     // can look its schema up and bound its decoded size before decoding it
     // (src/codec.rs).
+    // Services only with the `grpc` feature: without it the crate is the
+    // messages alone, free of tonic.
+    let services = env::var_os("CARGO_FEATURE_GRPC").is_some();
     let mut config = tonic_prost_build::Config::new();
     config.enable_type_names();
     tonic_prost_build::configure()
         .codec_path("crate::codec::BoundedCodec")
         .bytes(".inference.ModelInferRequest.raw_input_contents")
         .bytes(".inference.ModelInferResponse.raw_output_contents")
-        .build_server(true)
-        .build_client(true)
+        .build_server(services)
+        .build_client(services)
         .compile_fds_with_config(fds, config)?;
 
     Ok(())

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine and runs every check and test: formatting, clippy,
+# Sets up a fresh machine and runs every check and test: formatting, the
+# crate boundaries (nereid-core's dependencies), clippy,
 # the Rust unit, integration and end-to-end tests (one cargo invocation for
 # the whole workspace; the e2e suite runs the operator and the Helm chart
 # against a real Kubernetes control plane, all of it inside a network
@@ -29,6 +30,9 @@ export NEREID_E2E_BIN NEREID_E2E=required
 
 echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
+
+echo "== crate boundaries (scripts/check-boundaries.sh)" >&2
+"$repo/scripts/check-boundaries.sh"
 
 echo "== cargo clippy" >&2
 cargo clippy --locked --workspace --all-targets -- -D warnings

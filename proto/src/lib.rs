@@ -15,6 +15,9 @@
 //! | [`frame`] | gRPC's length-prefixed message framing, for the paths that go around tonic | |
 //! | [`codec`], [`footprint`] | the services' codec: a message's decoded size, read from its wire bytes, admitted before it is decoded | |
 //!
+//! The services and [`codec`] come with the `grpc` feature (tonic); without
+//! it the crate is the messages alone.
+//!
 //! The `inference` package matches Triton Inference Server's gRPC protocol
 //! and model configuration on the wire (names, field numbers and types), so
 //! Triton's clients work against Nereid, and `config.pbtxt` files can be
@@ -24,6 +27,7 @@ use std::sync::LazyLock;
 
 use prost_reflect::DescriptorPool;
 
+#[cfg(feature = "grpc")]
 pub mod codec;
 pub mod datatype;
 pub mod footprint;

@@ -3,7 +3,8 @@
 //! own loop over hyper ([`transport::serve`]: corked HTTP/2 connections).
 
 pub mod budget;
-pub mod convert;
+/// The wire conversions, shared with the remote backend (nereid-core).
+pub use nereid_core::wire as convert;
 mod deadline;
 mod model_infer;
 pub mod restricted;

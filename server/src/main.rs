@@ -17,9 +17,10 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use cli::{Args, listen_address};
 use hyper_util::service::TowerToHyperService;
+use nereid_onnxruntime::OnnxRuntimeBackend;
 use nereid_server::allocator;
-use nereid_server::backend::onnx;
 use nereid_server::backend::settings::BackendSettings;
+use nereid_server::backend::{self, BackendKind};
 use nereid_server::grpc::{self, GrpcOptions};
 use nereid_server::http::body::{BodyLimits, SizeLimit};
 use nereid_server::http::{self, HttpOptions};
@@ -28,7 +29,8 @@ use nereid_server::local_control::LocalControl;
 use nereid_server::logging::{self, LogControl};
 use nereid_server::memory_budget::MemoryBudget;
 use nereid_server::metrics::system::SystemMetrics;
-use nereid_server::metrics::{Metrics, MetricsConfig, endpoint};
+use nereid_server::metrics::{Metrics, MetricsConfig};
+use nereid_server::metrics_endpoint as endpoint;
 use nereid_server::model_lifecycle::LoadOptions;
 use nereid_server::model_repository_manager::ModelRepositoryManager;
 use nereid_server::repository::{Repository, Root, cache_dir};
@@ -153,15 +155,27 @@ impl Listeners {
     }
 }
 
-async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
-    if let Err(reason) = onnx::init(args.onnxruntime_library.as_deref()) {
+/// Plugs the backends and the object storage that live in their own
+/// crates into the core. The ONNX Runtime backend owns its environment;
+/// it lives as long as the process, as the registry's entries do.
+fn plug_in(args: &Args) {
+    let onnx: &'static OnnxRuntimeBackend =
+        Box::leak(Box::new(OnnxRuntimeBackend::load(args.onnxruntime_library.as_deref())));
+    if let Some(reason) = onnx.unavailable() {
         tracing::warn!(%reason, "ONNX Runtime is unavailable; ONNX models will not load");
     }
+    backend::plug_in(BackendKind::OnnxRuntime, onnx);
+    backend::plug_in(BackendKind::Remote, &nereid_remote::RemoteBackend);
+    nereid_server::repository::plug_in(nereid_object_storage::open);
+}
+
+async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
+    plug_in(&args);
     let metrics_config = MetricsConfig::parse(&args.metrics.metrics_config).map_err(anyhow::Error::msg)?;
     let metrics = Metrics::new(&metrics_config, args.metrics.allow_metrics);
     let protection = Protection::from_args(&args)?;
     let trace_config = TraceConfig::parse(&args.trace_config).map_err(anyhow::Error::msg)?;
-    let traces = Traces::start(&trace_config).map_err(anyhow::Error::msg)?;
+    let traces = nereid_server::trace_export::start(&trace_config).map_err(anyhow::Error::msg)?;
     // Object storage is fetched into a cache folder; the default one is
     // made only when needed and removed when the server stops.
     let default_cache = match &args.model_cache_dir {

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use nereid_server::repository::RemoteRoot;
+use nereid_object_storage::RemoteRoot;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

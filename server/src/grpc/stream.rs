@@ -40,7 +40,6 @@ const OUTBOX: usize = 16;
 /// message waits (the client feels it as flow control).
 const DECOUPLED_IN_FLIGHT: usize = 64;
 
-
 /// What one stream is given by the handler.
 pub struct StreamContext {
     pub server: Arc<InferenceServer>,
