@@ -186,3 +186,19 @@ async fn a_request_timeout_override_shortens_its_wait() {
     assert_eq!(bench.run_next().await, ["long"]);
     assert!(long.recv().await.unwrap().is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_full_level_refuses_the_next_request_at_once() {
+    let bench = bench(1, "default_queue_policy { max_queue_size: 2 }");
+    let _blocker = bench.send("blocker", &[]);
+    let running = bench.hold_next().await;
+    let _queued: Vec<Responses> = ["q1", "q2"].iter().map(|t| bench.send(t, &[])).collect();
+    let mut refused = bench.send("refused", &[]);
+    settle().await;
+    let error = refused.try_recv().expect("answered at once").unwrap_err();
+    assert_eq!(error.message(), "Exceeds maximum queue size");
+    // The queued two run in their order once the instance is free.
+    bench.free(running);
+    assert_eq!(bench.run_next().await, ["q1"]);
+    assert_eq!(bench.run_next().await, ["q2"]);
+}

@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
-
-use super::responder::Outcome;
+use super::responder::{Outcome, Tx};
 
 #[derive(Debug, Default)]
 pub struct Reorderer {
@@ -23,7 +21,7 @@ pub struct Reorderer {
 struct State {
     next_seq: u64,
     next_out: u64,
-    done: BTreeMap<u64, (mpsc::Sender<Outcome>, Outcome)>,
+    done: BTreeMap<u64, (Tx, Outcome)>,
 }
 
 impl Reorderer {
@@ -40,7 +38,7 @@ impl Reorderer {
 
     /// Request `seq` is answered: its answer, and every later one that
     /// was waiting for it, go out.
-    pub(super) fn complete(&self, seq: u64, sender: mpsc::Sender<Outcome>, outcome: Outcome) {
+    pub(super) fn complete(&self, seq: u64, sender: Tx, outcome: Outcome) {
         let mut state = self.state.lock();
         state.done.insert(seq, (sender, outcome));
         loop {
@@ -49,7 +47,7 @@ impl Reorderer {
                 break;
             };
             state.next_out += 1;
-            let _ = sender.try_send(outcome);
+            sender.deliver(outcome);
         }
     }
 }
