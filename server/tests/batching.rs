@@ -104,7 +104,12 @@ async fn priority_and_timeout_parameters_are_checked_as_triton_does() {
     write_model(
         &repo,
         "fixed",
-        &identity("fixed", 1, 0, "default_queue_policy { default_timeout_microseconds: 100000 }"),
+        &identity(
+            "fixed",
+            1,
+            0,
+            "default_queue_policy { default_timeout_microseconds: 100000 }",
+        ),
     );
     write_model(
         &repo,

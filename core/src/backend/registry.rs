@@ -265,11 +265,19 @@ mod tests {
             .implementation()
             .signature(&config, Path::new("."))
             .unwrap_err();
-        assert!(missing.message().contains("backend 'onnxruntime' is not part of this server's build"), "{missing}");
+        assert!(
+            missing
+                .message()
+                .contains("backend 'onnxruntime' is not part of this server's build"),
+            "{missing}"
+        );
 
         plug_in(BackendKind::OnnxRuntime, &builtin::IdentityBackend);
         let plugged = BackendKind::OnnxRuntime.implementation();
-        assert!(plugged.signature(&config, Path::new(".")).unwrap().is_none(), "the identity answers now");
+        assert!(
+            plugged.signature(&config, Path::new(".")).unwrap().is_none(),
+            "the identity answers now"
+        );
         PLUGGED_IN.write().clear();
     }
 }

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use super::responder::{Outcome, Tx};
+use parking_lot::Mutex;
 
 #[derive(Debug, Default)]
 pub struct Reorderer {
