@@ -14,6 +14,7 @@
 //! | [`FILE_DESCRIPTOR_SET`], [`descriptor_pool`] | all of the above, for `prost-reflect` | |
 //! | [`frame`] | gRPC's length-prefixed message framing, for the paths that go around tonic | |
 //! | [`contract`] | headers, exit statuses and metric families one Nereid process relies on another for | |
+//! | [`ensemble_dag`] | an ensemble's steps as a graph of tensors, checked once for the CRD, the operator and the server | |
 //! | [`codec`], [`footprint`] | the services' codec: a message's decoded size, read from its wire bytes, admitted before it is decoded | |
 //!
 //! The `inference` package matches Triton Inference Server's gRPC protocol
@@ -28,6 +29,7 @@ use prost_reflect::DescriptorPool;
 pub mod codec;
 pub mod contract;
 pub mod datatype;
+pub mod ensemble_dag;
 pub mod footprint;
 pub mod frame;
 
