@@ -76,7 +76,10 @@ async fn the_operator_reads_every_family_it_needs_from_a_real_server() {
     };
     for family in metrics::all() {
         if !metrics::NOT_EXPORTED_YET.contains(&family) {
-            assert!(exported(family), "{family} is in the contract but not exported:\n{text}");
+            assert!(
+                exported(family),
+                "{family} is in the contract but not exported:\n{text}"
+            );
         }
     }
     assert!(server.terminate().success());

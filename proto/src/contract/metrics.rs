@@ -140,7 +140,8 @@ mod tests {
         for name in names {
             assert!(name.starts_with("nv_") || name.starts_with("nereid_"), "{name}");
             assert!(
-                name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
                 "{name}"
             );
         }
