@@ -98,10 +98,10 @@ fn is_problem(condition: &Condition) -> bool {
     )
 }
 
-/// Publishes the transitions' Events about the object `reference` names;
-/// failures are logged only.
-pub async fn publish(recorder: &Recorder, reference: &ObjectReference, previous: &[Condition], current: &[Condition]) {
-    for event in transitions(previous, current) {
+/// Publishes `events` (the transitions' Events) about the object
+/// `reference` names; failures are logged only.
+pub async fn publish(recorder: &Recorder, reference: &ObjectReference, events: Vec<Event>) {
+    for event in events {
         if let Err(error) = recorder.publish(&event, reference).await {
             tracing::warn!(reason = %event.reason, %error, "failed to publish an event");
         }
