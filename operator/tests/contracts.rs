@@ -1,7 +1,8 @@
-//! The Helm chart names the server's metric families in YAML, where the
-//! contract constants (`nereid_proto::contract::metrics`) cannot reach: this
-//! reads every template and the values, and checks each family-like name
-//! they use is one the contract defines (or one of the operator's own
+//! The Helm chart and the shipped Grafana dashboard name the server's
+//! metric families in YAML and JSON, where the contract constants
+//! (`nereid_proto::contract::metrics`) cannot reach: this reads every chart
+//! template, the values and the dashboards, and checks each family-like
+//! name they use is one the contract defines (or one of the operator's own
 //! external metric names), so a renamed or misspelt family fails here
 //! rather than in a cluster whose autoscaler never scales.
 
@@ -11,12 +12,13 @@ use std::path::{Path, PathBuf};
 use nereid_crds::AutoscalingMetric;
 use nereid_proto::contract::metrics;
 
-fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/nereid")
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The chart's YAML sources: `values.yaml` and everything under `templates/`.
-fn chart_files() -> Vec<PathBuf> {
+/// The chart's sources (`values.yaml` and everything under `templates/`)
+/// and the dashboards under `deploy/grafana/`.
+fn files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
@@ -27,8 +29,10 @@ fn chart_files() -> Vec<PathBuf> {
             }
         }
     }
-    let mut files = vec![chart().join("values.yaml")];
-    walk(&chart().join("templates"), &mut files);
+    let chart = repo().join("charts/nereid");
+    let mut files = vec![chart.join("values.yaml")];
+    walk(&chart.join("templates"), &mut files);
+    walk(&repo().join("deploy/grafana"), &mut files);
     files.sort();
     files
 }
@@ -53,17 +57,24 @@ fn words_with_prefix<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
 }
 
 #[test]
-fn every_family_the_chart_names_is_in_the_contract() {
-    let known: BTreeSet<&str> = metrics::all().into_iter().collect();
+fn every_family_the_chart_and_dashboards_name_is_in_the_contract() {
+    let families = metrics::all();
+    // A histogram's or summary's series carry a suffix.
+    let known = |word: &str| {
+        families.iter().any(|family| {
+            word.strip_prefix(family)
+                .is_some_and(|rest| ["", "_bucket", "_sum", "_count"].contains(&rest))
+        })
+    };
     let external: BTreeSet<&str> = AutoscalingMetric::ALL.iter().map(|m| m.external_name()).collect();
     // Not metrics: the operator's log target in a RUST_LOG example.
     let other = ["nereid_operator"];
     let mut used = BTreeSet::new();
-    for file in chart_files() {
+    for file in files() {
         let text = std::fs::read_to_string(&file).unwrap();
         for word in words_with_prefix(&text, "nv_") {
             assert!(
-                known.contains(word),
+                known(word),
                 "{}: {word} is not a family of nereid_proto::contract::metrics",
                 file.display()
             );
@@ -71,14 +82,16 @@ fn every_family_the_chart_names_is_in_the_contract() {
         }
         for word in words_with_prefix(&text, "nereid_") {
             assert!(
-                known.contains(word) || external.contains(word) || other.contains(&word),
+                known(word) || external.contains(word) || other.contains(&word),
                 "{}: {word} is neither a server family of the contract nor an external metric name",
                 file.display()
             );
         }
     }
-    // The check reads something: the adapter rules use the queue time.
+    // The check reads something: the adapter rules and the dashboard use
+    // the queue time, the dashboard the compute time.
     assert!(used.contains(metrics::QUEUE_LATENCY.duration), "{used:?}");
+    assert!(used.contains(metrics::COMPUTE_INFER_LATENCY.duration), "{used:?}");
 }
 
 #[test]
