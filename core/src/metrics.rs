@@ -37,6 +37,7 @@ pub mod system;
 
 use std::time::Duration;
 
+use nereid_proto::contract::metrics as family;
 use prometheus::core::Collector;
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
@@ -161,13 +162,14 @@ impl Phase {
         Phase::ComputeOutput,
     ];
 
-    fn name(self) -> &'static str {
+    /// Its families' names, from the contract other processes read them by.
+    fn families(self) -> family::Latency {
         match self {
-            Phase::Request => "request",
-            Phase::Queue => "queue",
-            Phase::ComputeInput => "compute_input",
-            Phase::ComputeInfer => "compute_infer",
-            Phase::ComputeOutput => "compute_output",
+            Phase::Request => family::REQUEST_LATENCY,
+            Phase::Queue => family::QUEUE_LATENCY,
+            Phase::ComputeInput => family::COMPUTE_INPUT_LATENCY,
+            Phase::ComputeInfer => family::COMPUTE_INFER_LATENCY,
+            Phase::ComputeOutput => family::COMPUTE_OUTPUT_LATENCY,
         }
     }
 
@@ -216,7 +218,7 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-const MODEL_LABELS: [&str; 2] = ["model", "version"];
+const MODEL_LABELS: [&str; 2] = [family::MODEL_LABEL, family::VERSION_LABEL];
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     IntCounterVec::new(Opts::new(name, help), labels).expect("metric options are valid")
@@ -233,42 +235,42 @@ impl Metrics {
         let registry = Registry::new();
         let register = |c: Box<dyn Collector>| registry.register(c).expect("each metric is registered once");
         let success = counter(
-            "nv_inference_request_success",
+            family::REQUEST_SUCCESS,
             "Number of successful inference requests, all batch sizes",
             &MODEL_LABELS,
         );
         let failure = counter(
-            "nv_inference_request_failure",
+            family::REQUEST_FAILURE,
             "Number of failed inference requests, all batch sizes",
-            &["model", "version", "reason"],
+            &[family::MODEL_LABEL, family::VERSION_LABEL, "reason"],
         );
         let inference_count = counter(
-            "nv_inference_count",
+            family::INFERENCE_COUNT,
             "Number of inferences performed (does not include cached requests)",
             &MODEL_LABELS,
         );
         let exec_count = counter(
-            "nv_inference_exec_count",
+            family::EXEC_COUNT,
             "Number of model executions performed (does not include cached requests)",
             &MODEL_LABELS,
         );
         let pending = gauge(
-            "nv_inference_pending_request_count",
+            family::PENDING_REQUEST_COUNT,
             "Instantaneous number of pending requests awaiting execution per-model.",
             &MODEL_LABELS,
         );
         let executing = gauge(
-            "nereid_inference_executing_request_count",
+            family::EXECUTING_REQUEST_COUNT,
             "Instantaneous number of requests in an execution per-model.",
             &MODEL_LABELS,
         );
         let load_duration = GaugeVec::new(
-            Opts::new("nv_model_load_duration_secs", "Model load time in seconds"),
+            Opts::new(family::MODEL_LOAD_DURATION, "Model load time in seconds"),
             &MODEL_LABELS,
         )
         .expect("metric options are valid");
         let in_flight = gauge(
-            "nereid_requests_in_flight",
+            family::REQUESTS_IN_FLIGHT,
             "Requests being handled by a front end, from routing to the last byte of the response.",
             &["protocol"],
         );
@@ -284,14 +286,14 @@ impl Metrics {
             let families = PhaseFamilies {
                 counter: config.counter_latencies.then(|| {
                     counter(
-                        &format!("nv_inference_{}_duration_us", phase.name()),
+                        phase.families().duration,
                         &format!("Cumulative inference {} duration in microseconds", phase.what()),
                         &MODEL_LABELS,
                     )
                 }),
                 summary: config.summary_latencies.then(|| {
                     SummaryVec::new(
-                        &format!("nv_inference_{}_summary_us", phase.name()),
+                        phase.families().summary,
                         &format!("Summary of inference {} duration in microseconds", phase.what()),
                         &MODEL_LABELS,
                         config.summary_quantiles.clone(),
@@ -301,7 +303,7 @@ impl Metrics {
                 histogram: config.histogram_latencies.then(|| {
                     HistogramVec::new(
                         HistogramOpts::new(
-                            format!("nv_inference_{}_histogram_us", phase.name()),
+                            phase.families().histogram,
                             format!("Histogram of inference {} duration in microseconds", phase.what()),
                         )
                         .buckets(config.histogram_buckets.clone()),

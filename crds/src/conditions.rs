@@ -2,7 +2,8 @@
 //!
 //! The operator sets these on `status.conditions` (standard
 //! `metav1.Condition`s). Types say *what* is being reported; reasons say *why*,
-//! and are stable strings that alerts and `kubectl wait` can match on.
+//! and are stable strings that alerts and `kubectl wait` can match on. Every
+//! reason the operator writes, for either kind, is here and nowhere else.
 
 /// The resource serves traffic: every wanted replica is ready and has the model loaded.
 pub const READY: &str = "Ready";
@@ -17,26 +18,88 @@ pub const VALID: &str = "Valid";
 /// Every member InferenceModel of a ModelEnsemble is ready.
 pub const MEMBERS_READY: &str = "MembersReady";
 
-/// Reasons (`condition.reason`), CamelCase as Kubernetes requires.
+/// Reasons, CamelCase as Kubernetes requires: of conditions
+/// (`condition.reason`, both kinds), of `status.autoscaling.reason`, and of
+/// the one Event that is not a condition's reason ([`RECOVERED`]). A
+/// serving container's rarer waiting reasons (`RunContainerError`, ...)
+/// are passed on as the kubelet wrote them.
 pub mod reason {
+    // Problems, on Ready False and Degraded True (worst first, as the pods
+    // are diagnosed), for InferenceModels and ensembles alike.
+
+    /// The scheduler cannot place the pods because no node has enough GPUs.
+    pub const INSUFFICIENT_GPU: &str = "InsufficientGPU";
+    /// The scheduler cannot place the serving pods.
+    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    /// The Secret named in `spec.source.credentialsSecret` does not exist.
+    pub const MISSING_SECRET: &str = "MissingSecret";
     /// A serving container cannot pull its image.
     pub const IMAGE_PULL_BACK_OFF: &str = "ImagePullBackOff";
     /// A serving container keeps crashing.
     pub const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
-    /// The server could not load the model (bad URI, bad config override, ...).
+    /// The server could not load the model (bad URI, bad config override, ...);
+    /// also ModelLoaded False.
     pub const LOAD_FAILED: &str = "LoadFailed";
-    /// The scheduler cannot place the serving pods.
-    pub const UNSCHEDULABLE: &str = "Unschedulable";
-    /// The scheduler cannot place the pods because no node has enough GPUs.
-    pub const INSUFFICIENT_GPU: &str = "InsufficientGPU";
-    /// The Secret named in `spec.source.credentialsSecret` does not exist.
-    pub const MISSING_SECRET: &str = "MissingSecret";
     /// The PersistentVolumeClaim of a `pvc://` source does not exist.
     pub const MISSING_PVC: &str = "MissingPVC";
-    /// The spec failed validation.
+    /// The spec failed validation; also an ensemble's Valid False.
     pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// Everything is up and serving.
+    /// Progressing False, Degraded True: the Deployment gave up on the rollout.
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+
+    // Ready.
+
+    /// Ready True: everything is up and serving.
     pub const AVAILABLE: &str = "Available";
-    /// New pods are being rolled out.
+    /// Ready False, Progressing True: new pods are being rolled out.
     pub const ROLLING_OUT: &str = "RollingOut";
+    /// Ready False: `spec.replicas` is 0.
+    pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+
+    // ModelLoaded (InferenceModel).
+
+    /// ModelLoaded True.
+    pub const LOADED: &str = "Loaded";
+    /// ModelLoaded False with no failure seen (yet).
+    pub const LOADING: &str = "Loading";
+
+    // Progressing and Degraded.
+
+    /// Progressing False: every replica runs the latest spec.
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// Degraded False.
+    pub const AS_EXPECTED: &str = "AsExpected";
+
+    // ModelEnsemble: Valid, MembersReady, and Progressing before deploying.
+
+    /// Valid True.
+    pub const VALID_DAG: &str = "ValidDAG";
+    /// Valid False: an InferenceModel of the same name holds the name the
+    /// ensemble's Service and pods need.
+    pub const NAME_TAKEN: &str = "NameTaken";
+    /// Valid False: a step's tensors do not match what its member serves.
+    pub const MEMBER_TENSOR_MISMATCH: &str = "MemberTensorMismatch";
+    /// MembersReady True.
+    pub const ALL_MEMBERS_READY: &str = "AllMembersReady";
+    /// MembersReady False (and Ready, Degraded): a step names an
+    /// InferenceModel that does not exist.
+    pub const MEMBER_MISSING: &str = "MemberMissing";
+    /// MembersReady False: a member exists but is not Ready.
+    pub const MEMBER_NOT_READY: &str = "MemberNotReady";
+    /// MembersReady False: a member is Ready but no pod of it told its config.
+    pub const MEMBER_UNREACHABLE: &str = "MemberUnreachable";
+    /// Progressing True: nothing is deployed until the members are ready.
+    pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
+
+    // `status.autoscaling.reason` (otherwise the HPA's own condition reasons).
+
+    /// Another HPA already targets the model or its Deployment; the operator made none.
+    pub const FOREIGN_AUTOSCALER: &str = "ForeignAutoscaler";
+    /// The model has ready pods but none answered the last scrape.
+    pub const NO_POD_METRICS: &str = "NoPodMetrics";
+
+    // Events (otherwise named by the reason of the condition that changed).
+
+    /// The Event of a recovery: Degraded turned from True to False.
+    pub const RECOVERED: &str = "Recovered";
 }

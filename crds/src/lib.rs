@@ -10,7 +10,8 @@
 //! - [`model_ensemble`]: `ModelEnsemble`, a DAG of InferenceModels.
 //! - [`conditions`]: condition types and reasons written into status.
 //! - [`mod@validate`]: the CEL rules again in Rust, plus the DAG checks CEL cannot
-//!   express; the operator uses them for friendly status messages.
+//!   express (`nereid_proto::ensemble_dag`'s, shared with the server); the
+//!   operator uses them for friendly status messages.
 //! - [`rules`]: each validation rule once, as CEL and as a message.
 //! - [`crd_yaml`]: both CRDs as one YAML stream; `src/main.rs` (bin `crds`)
 //!   prints it, and `tests/drift.rs` checks the committed copies against it.
@@ -24,7 +25,7 @@ pub mod validate;
 pub use inference_model::*;
 pub use model_ensemble::*;
 
-pub use validate::{validate, validate_ensemble};
+pub use validate::{ensemble_dag, validate, validate_ensemble};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -9,7 +9,7 @@
 mod ensemble;
 mod quantity;
 
-pub use ensemble::validate_ensemble;
+pub use ensemble::{ensemble_dag, validate_ensemble};
 pub use quantity::parse_quantity;
 
 use crate::rules::{self, Check};

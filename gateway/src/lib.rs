@@ -76,8 +76,9 @@ pub use picker::{Picker, PowerOfTwoChoices, RoundRobin};
 
 /// The header (HTTP) or metadata key (gRPC) that names the namespace of the
 /// model a request is for, when its plain name is not enough. In an HTTP
-/// path, `namespace%2Fname` does the same.
-pub const NAMESPACE_HEADER: &str = "nereid-namespace";
+/// path, `namespace%2Fname` does the same. Defined with the other wire
+/// contracts, since remote ensemble steps of nereid-server send it too.
+pub use nereid_proto::contract::NAMESPACE_HEADER;
 
 /// The protocol of a request, which decides the port and connection pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -68,6 +68,15 @@ impl AutoscalerObject {
             AutoscalerObject::Keda(object) => object.is_some(),
         }
     }
+
+    /// The same kind with no object: what the apply removes ours with,
+    /// when another autoscaler already scales the pods.
+    pub fn without_object(&self) -> Self {
+        match self {
+            AutoscalerObject::Hpa(_) => AutoscalerObject::Hpa(None),
+            AutoscalerObject::Keda(_) => AutoscalerObject::Keda(None),
+        }
+    }
 }
 
 /// Builds every object of `model`. The Deployment's pod template carries the

@@ -17,15 +17,18 @@
 //! - [`error`]: the one error type, with a stable `kind()` and a retry policy per kind.
 //! - [`builders`]: pure functions from an InferenceModel to the objects it owns.
 //! - [`status`]: pure derivation of the status from the Deployment and the pods.
-//! - [`controller`]: the reconcile stages, the error policy and the watches.
-//! - [`ensemble`]: ModelEnsembles: their status from their members, and their controller.
+//! - [`controller`]: the reconcile (reads in `observe`, decisions in `plan`,
+//!   writes in `apply`), the error policy and the watches.
+//! - [`ensemble`]: ModelEnsembles: their status from their members, and their
+//!   controller, shaped like the InferenceModel's.
 //! - [`autoscaling`]: the serving pods' metrics, scraped and turned into per-model figures.
 //! - [`external_metrics`]: those figures as `external.metrics.k8s.io`, for the HPA controller.
 //! - [`external_scaler`]: the same figures as KEDA's External Scaler gRPC service.
 //! - [`pod_http`]: the HTTP client serving pods are called with (no redirects followed).
 //!
-//! Pure parts (builders, status, validation, event transitions) are tested on
-//! in-memory objects; the reconcile is tested against a mocked API server
+//! Pure parts (builders, status, validation, event transitions, and each
+//! controller's plan: `tests/plan.rs`, `tests/ensemble_plan.rs`) are tested
+//! on in-memory objects; the reconcile is tested against a mocked API server
 //! (`tests/reconcile.rs`) and is written to run unchanged against a real one.
 
 pub mod args;

@@ -29,7 +29,7 @@ use kube::ResourceExt;
 use nereid_crds::conditions::{DEGRADED, MODEL_LOADED, PROGRESSING, READY, reason};
 use nereid_crds::{Address, Failure, InferenceModel, InferenceModelStatus};
 
-use self::conditions::{Conditions, reason as local};
+use self::conditions::Conditions;
 use self::gpus::GpuCapacity;
 use self::pods::Finding;
 use crate::builders::{deployment, labels, service};
@@ -137,23 +137,23 @@ pub fn derive_status(
     let mut conditions = Conditions::new(&previous.conditions, generation, &now);
     let ready_message = format!("{ready}/{wanted} replicas ready");
     match (&worst, wanted) {
-        (_, 0) => conditions.set(READY, false, local::SCALED_TO_ZERO, "spec.replicas is 0"),
+        (_, 0) => conditions.set(READY, false, reason::SCALED_TO_ZERO, "spec.replicas is 0"),
         (Some(f), _) => conditions.set(READY, false, &f.reason, format!("{ready_message}; {}", f.message)),
         (None, _) if ready >= wanted => conditions.set(READY, true, reason::AVAILABLE, ready_message),
         (None, _) => conditions.set(READY, false, reason::ROLLING_OUT, ready_message),
     };
     match (report.load_failed(), ready) {
         (Some(f), _) => conditions.set(MODEL_LOADED, false, reason::LOAD_FAILED, f.message.clone()),
-        (None, 0) => conditions.set(MODEL_LOADED, false, local::LOADING, "no pod has the model loaded yet"),
-        (None, n) => conditions.set(MODEL_LOADED, true, local::LOADED, format!("loaded on {n} ready pods")),
+        (None, 0) => conditions.set(MODEL_LOADED, false, reason::LOADING, "no pod has the model loaded yet"),
+        (None, n) => conditions.set(MODEL_LOADED, true, reason::LOADED, format!("loaded on {n} ready pods")),
     };
     set_progressing(&mut conditions, &rollout);
     match (&worst, &rollout) {
         (Some(f), _) => conditions.set(DEGRADED, true, &f.reason, f.message.clone()),
         (None, Rollout::Stalled(message)) => {
-            conditions.set(DEGRADED, true, local::PROGRESS_DEADLINE_EXCEEDED, message.clone())
+            conditions.set(DEGRADED, true, reason::PROGRESS_DEADLINE_EXCEEDED, message.clone())
         }
-        (None, _) => conditions.set(DEGRADED, false, local::AS_EXPECTED, "no problem seen"),
+        (None, _) => conditions.set(DEGRADED, false, reason::AS_EXPECTED, "no problem seen"),
     };
 
     let last_failure = match worst {
@@ -228,12 +228,12 @@ pub fn set_progressing(conditions: &mut Conditions<'_>, rollout: &Rollout) {
     match rollout {
         Rollout::InProgress(message) => conditions.set(PROGRESSING, true, reason::ROLLING_OUT, message.clone()),
         Rollout::Stalled(message) => {
-            conditions.set(PROGRESSING, false, local::PROGRESS_DEADLINE_EXCEEDED, message.clone())
+            conditions.set(PROGRESSING, false, reason::PROGRESS_DEADLINE_EXCEEDED, message.clone())
         }
         Rollout::Complete => conditions.set(
             PROGRESSING,
             false,
-            local::ROLLOUT_COMPLETE,
+            reason::ROLLOUT_COMPLETE,
             "every replica runs the latest spec",
         ),
     };

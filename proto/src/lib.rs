@@ -13,6 +13,8 @@
 //! | [`keda`], [`keda::external_scaler_server`], [`keda::external_scaler_client`] | `externalscaler` (KEDA's External Scaler) | `keda/externalscaler.proto` |
 //! | [`FILE_DESCRIPTOR_SET`], [`descriptor_pool`] | all of the above, for `prost-reflect` | |
 //! | [`frame`] | gRPC's length-prefixed message framing, for the paths that go around tonic | |
+//! | [`contract`] | headers, exit statuses and metric families one Nereid process relies on another for | |
+//! | [`ensemble_dag`] | an ensemble's steps as a graph of tensors, checked once for the CRD, the operator and the server | |
 //! | [`codec`], [`footprint`] | the services' codec: a message's decoded size, read from its wire bytes, admitted before it is decoded | |
 //!
 //! The services and [`codec`] come with the `grpc` feature (tonic); without
@@ -29,7 +31,9 @@ use prost_reflect::DescriptorPool;
 
 #[cfg(feature = "grpc")]
 pub mod codec;
+pub mod contract;
 pub mod datatype;
+pub mod ensemble_dag;
 pub mod footprint;
 pub mod frame;
 
@@ -40,17 +44,8 @@ pub mod inference {
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
 }
 
-/// The response header (HTTP) and initial metadata (gRPC) in which
-/// nereid-server answers an inference with the number of requests of that
-/// model still waiting in its queue: nereid-gateway's load signal for the
-/// pod, fresher than any scrape and free to read from the proxied answer.
-pub const QUEUE_DEPTH_HEADER: &str = "nereid-queue-depth";
-
-/// The response header (HTTP) and metadata key (gRPC) with which
-/// nereid-server marks a refusal that ran nothing of the request because the
-/// server is starting or shutting down: nereid-gateway then sends the
-/// request to another pod, which it does for no other error.
-pub const NOT_SERVING_HEADER: &str = "nereid-not-serving";
+// Wire contracts used before `contract` existed, kept at the root for their users.
+pub use contract::{NOT_SERVING_HEADER, QUEUE_DEPTH_HEADER};
 
 /// KEDA's External Scaler protocol (proto package `externalscaler`), which
 /// the operator serves for ScaledObjects with an `external` trigger.

@@ -336,7 +336,7 @@ impl RemoteModel {
         if let Some(namespace) = &self.settings.namespace
             && let Ok(value) = namespace.parse()
         {
-            metadata.insert("nereid-namespace", value);
+            metadata.insert(nereid_proto::contract::NAMESPACE_HEADER, value);
         }
     }
 

@@ -49,7 +49,7 @@ const METRICS_CONNECTIONS: usize = 256;
 /// failed to load at start-up. The operator reads it from the container's
 /// last termination to report `LoadFailed` (with the message below as the
 /// reason) rather than a generic crash loop; any other failure exits with 1.
-const LOAD_FAILED_EXIT_CODE: u8 = 3;
+const LOAD_FAILED_EXIT_CODE: u8 = nereid_proto::contract::exit::LOAD_FAILED;
 /// How long, once nothing is in flight, shutdown waits for open connections
 /// to finish closing (the HTTP/2 GOAWAY exchange takes a round trip).
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use nereid_proto::ensemble_dag::{self, Dag, DagError, Graph, Producer};
 use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice};
 
 use crate::datatype::DataType;
@@ -180,7 +181,18 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
         member_configs.push(model);
     }
 
-    // Every tensor is produced once; remember what each step produces.
+    // The DAG rules the CRD and the operator share: every tensor produced
+    // once (reported first: what a tensor is would be ambiguous), every read
+    // tensor produced, every output a step's, no cycle (reported below,
+    // after the types of the tensors that are produced).
+    let dag = check_dag(config, &steps);
+    if let Err(problems) = &dag
+        && let Some(twice @ DagError::ProducedTwice { .. }) = problems.first()
+    {
+        return Err(bad(dag_problem(&steps, twice)));
+    }
+
+    // Remember what each step produces.
     for (step, model) in steps.iter().zip(&member_configs) {
         let member_batching = model.max_batch_size > 0;
         for (output, tensor) in &step.outputs {
@@ -190,13 +202,7 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
                 shape: full_shape(member_batching, &declared.dims),
                 by: step.describe(),
             };
-            if let Some(first) = tensors.insert(tensor.clone(), flow) {
-                return Err(bad(format!(
-                    "tensor '{tensor}' is produced more than once (by {} and by {})",
-                    first.by,
-                    step.describe()
-                )));
-            }
+            tensors.insert(tensor.clone(), flow);
         }
     }
 
@@ -205,10 +211,7 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
         let member_batching = model.max_batch_size > 0;
         for (input, tensor) in &step.inputs {
             let Some(flow) = tensors.get(tensor) else {
-                return Err(bad(format!(
-                    "{} reads tensor '{tensor}' (for its input '{input}'), which no ensemble input or step output produces",
-                    step.describe()
-                )));
+                continue; // The DAG's problem, reported below.
             };
             let declared = model.input.iter().find(|i| &i.name == input).expect("checked above");
             let want = input_datatype(declared).expect("member configs are validated");
@@ -238,7 +241,7 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
         let declared_type =
             output_datatype(output).ok_or_else(|| bad(format!("output '{}' has no valid data_type", output.name)))?;
         let Some(flow) = tensors.get(&output.name).filter(|f| f.by != "an ensemble input") else {
-            return Err(bad(format!("output '{}' is not produced by any step", output.name)));
+            continue; // The DAG's problem, reported below.
         };
         let shape = full_shape(batching, &output.dims);
         if flow.datatype != declared_type || !compatible(&flow.shape, &shape) {
@@ -253,7 +256,10 @@ pub fn plan(config: &ModelConfig, member: MemberConfig<'_>) -> Result<Plan> {
         }
     }
 
-    let steps = in_dependency_order(name, steps)?;
+    let steps = match dag {
+        Ok(dag) => in_dependency_order(steps, dag.order),
+        Err(problems) => return Err(bad(dag_problem(&steps, &problems[0]))),
+    };
     decoupled_steps_in_line(name, &steps)?;
     Ok(Plan { steps })
 }
@@ -301,49 +307,54 @@ fn decoupled_steps_in_line(name: &str, steps: &[Step]) -> Result<()> {
     Ok(())
 }
 
-/// The steps sorted so that producers come first (Kahn's algorithm); an
-/// error names the steps on or behind a cycle.
-fn in_dependency_order(name: &str, steps: Vec<Step>) -> Result<Vec<Step>> {
-    let producer: BTreeMap<&str, usize> = steps
-        .iter()
-        .enumerate()
-        .flat_map(|(i, s)| s.outputs.iter().map(move |(_, t)| (t.as_str(), i)))
-        .collect();
-    let waits_for: Vec<BTreeSet<usize>> = steps
-        .iter()
-        .map(|s| {
-            s.inputs
-                .iter()
-                .filter_map(|(_, t)| producer.get(t.as_str()).copied())
-                .collect()
-        })
-        .collect();
-    let mut order = Vec::with_capacity(steps.len());
-    let mut done = vec![false; steps.len()];
-    loop {
-        let ready: Vec<usize> = (0..steps.len())
-            .filter(|&i| !done[i] && waits_for[i].iter().all(|&j| done[j]))
-            .collect();
-        if ready.is_empty() {
-            break;
-        }
-        for i in ready {
-            done[i] = true;
-            order.push(i);
+/// The shared DAG check (`nereid_proto::ensemble_dag`) of the ensemble
+/// `config` with its `steps`.
+fn check_dag(config: &ModelConfig, steps: &[Step]) -> std::result::Result<Dag, Vec<DagError>> {
+    let graph = Graph {
+        inputs: config.input.iter().map(|i| i.name.as_str()).collect(),
+        steps: steps
+            .iter()
+            .map(|s| ensemble_dag::Step {
+                reads: s.inputs.iter().map(|(i, t)| (i.as_str(), t.as_str())).collect(),
+                writes: s.outputs.iter().map(|(_, t)| t.as_str()).collect(),
+            })
+            .collect(),
+        outputs: config.output.iter().map(|o| o.name.as_str()).collect(),
+    };
+    ensemble_dag::check(&graph)
+}
+
+/// A broken DAG rule in this file's words, naming steps by position and model.
+fn dag_problem(steps: &[Step], problem: &DagError) -> String {
+    let by = |producer: &Producer| match producer {
+        Producer::Input => "an ensemble input".to_string(),
+        Producer::Step(i) => steps[*i].describe(),
+    };
+    match problem {
+        DagError::ProducedTwice { tensor, first, then } => format!(
+            "tensor '{tensor}' is produced more than once (by {} and by {})",
+            by(first),
+            by(then)
+        ),
+        DagError::Unproduced { step, input, tensor } => format!(
+            "{} reads tensor '{tensor}' (for its input '{input}'), which no ensemble input or step output produces",
+            steps[*step].describe()
+        ),
+        DagError::OutputNotProduced { output } => format!("output '{output}' is not produced by any step"),
+        DagError::Cycle { steps: stuck } => {
+            let stuck: Vec<String> = stuck.iter().map(|&i| steps[i].describe()).collect();
+            format!(
+                "the steps form a cycle through {}; an ensemble must be a DAG",
+                stuck.join(", ")
+            )
         }
     }
-    if order.len() < steps.len() {
-        let stuck: Vec<String> = (0..steps.len())
-            .filter(|&i| !done[i])
-            .map(|i| steps[i].describe())
-            .collect();
-        return Err(Error::invalid(format!(
-            "ensemble '{name}': the steps form a cycle through {}; an ensemble must be a DAG",
-            stuck.join(", ")
-        )));
-    }
+}
+
+/// The steps in the DAG check's `order`: producers first.
+fn in_dependency_order(steps: Vec<Step>, order: Vec<usize>) -> Vec<Step> {
     let mut slots: Vec<Option<Step>> = steps.into_iter().map(Some).collect();
-    Ok(order.into_iter().filter_map(|i| slots[i].take()).collect())
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
 }
 
 /// A tensor's full shape: the batch dimension (`-1`) first when its model batches.

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use nereid_proto::contract::metrics as family;
 use prometheus::{Gauge, IntGauge};
 
 use super::Metrics;
@@ -28,10 +29,10 @@ impl SystemMetrics {
     /// Registers the gauges into `metrics`.
     pub fn register(metrics: &Metrics) -> Self {
         let utilization =
-            Gauge::new("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]").expect("metric options are valid");
-        let memory_total = IntGauge::new("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes")
+            Gauge::new(family::CPU_UTILIZATION, "CPU utilization rate [0.0 - 1.0]").expect("metric options are valid");
+        let memory_total = IntGauge::new(family::CPU_MEMORY_TOTAL, "CPU total memory (RAM), in bytes")
             .expect("metric options are valid");
-        let memory_used = IntGauge::new("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes")
+        let memory_used = IntGauge::new(family::CPU_MEMORY_USED, "CPU used memory (RAM), in bytes")
             .expect("metric options are valid");
         metrics.register(Box::new(utilization.clone()));
         metrics.register(Box::new(memory_total.clone()));

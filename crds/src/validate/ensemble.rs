@@ -1,8 +1,12 @@
 //! Validation of a ModelEnsemble: the CEL rules, then the DAG itself
 //! (Triton's ensemble checks): every tensor produced exactly once, every
 //! step input and ensemble output produced by something, and no cycles.
+//! The DAG rules are `nereid_proto::ensemble_dag`'s, which the server
+//! checks again at load; here they become messages that name the steps.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+
+use nereid_proto::ensemble_dag::{self, Dag, DagError, Graph, Producer, Step};
 
 use super::{Errors, check_autoscaling, check_ports};
 use crate::ModelEnsembleSpec;
@@ -35,9 +39,7 @@ pub fn validate_ensemble(spec: &ModelEnsembleSpec) -> Result<(), Vec<String>> {
             ));
         }
     }
-    let producers = producers(&mut errors, spec);
-    check_consumers(&mut errors, spec, &producers);
-    check_acyclic(&mut errors, spec, &producers);
+    check_dag(&mut errors, spec);
     errors.into_result()
 }
 
@@ -60,100 +62,52 @@ fn check_names(errors: &mut Errors, spec: &ModelEnsembleSpec) {
     }
 }
 
-/// Who produces a tensor: the client (an ensemble input) or a step (by index).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Producer {
-    Input,
-    Step(usize),
+/// The DAG of `spec`, checked by the rules the server and the operator
+/// share (`nereid_proto::ensemble_dag`): each tensor's producer and an
+/// order of the steps, or every broken rule (steps by index in `spec.steps`).
+pub fn ensemble_dag(spec: &ModelEnsembleSpec) -> Result<Dag, Vec<DagError>> {
+    let graph = Graph {
+        inputs: spec.inputs.iter().map(|t| t.name.as_str()).collect(),
+        steps: spec
+            .steps
+            .iter()
+            .map(|step| Step {
+                reads: step.input_map.iter().map(|(i, t)| (i.as_str(), t.as_str())).collect(),
+                writes: step.output_map.values().map(String::as_str).collect(),
+            })
+            .collect(),
+        outputs: spec.outputs.iter().map(|t| t.name.as_str()).collect(),
+    };
+    ensemble_dag::check(&graph)
 }
 
-/// Maps each tensor to its one producer; reports tensors produced twice.
-fn producers<'a>(errors: &mut Errors, spec: &'a ModelEnsembleSpec) -> BTreeMap<&'a str, Producer> {
-    let mut producers = BTreeMap::new();
-    let inputs = spec.inputs.iter().map(|t| (t.name.as_str(), Producer::Input));
-    let outputs = spec.steps.iter().enumerate().flat_map(|(i, step)| {
-        step.output_map
-            .values()
-            .map(move |tensor| (tensor.as_str(), Producer::Step(i)))
-    });
-    for (tensor, producer) in inputs.chain(outputs) {
-        if let Some(first) = producers.insert(tensor, producer) {
-            errors.push(format!(
-                "tensor {tensor:?} is produced more than once (by {} and by {})",
-                describe(spec, first),
-                describe(spec, producer)
-            ));
-        }
-    }
-    producers
-}
-
-fn describe(spec: &ModelEnsembleSpec, producer: Producer) -> String {
-    match producer {
+/// Every tensor produced once, every step input and ensemble output
+/// produced, no cycle: each broken rule as a message naming steps by name.
+fn check_dag(errors: &mut Errors, spec: &ModelEnsembleSpec) {
+    let step_name = |i: usize| spec.steps[i].name.as_str();
+    let describe = |producer: Producer| match producer {
         Producer::Input => "an ensemble input".to_string(),
-        Producer::Step(i) => format!("step {:?}", spec.steps[i].name),
-    }
-}
-
-/// Every step input and every ensemble output has a producer.
-fn check_consumers(errors: &mut Errors, spec: &ModelEnsembleSpec, producers: &BTreeMap<&str, Producer>) {
-    for step in &spec.steps {
-        for (model_input, tensor) in &step.input_map {
-            if !producers.contains_key(tensor.as_str()) {
-                errors.push(format!(
-                    "step {:?} reads tensor {tensor:?} (for its input {model_input:?}), \
-                     which no ensemble input or step output produces",
-                    step.name
-                ));
+        Producer::Step(i) => format!("step {:?}", step_name(i)),
+    };
+    for problem in ensemble_dag(spec).err().unwrap_or_default() {
+        errors.push(match problem {
+            DagError::ProducedTwice { tensor, first, then } => format!(
+                "tensor {tensor:?} is produced more than once (by {} and by {})",
+                describe(first),
+                describe(then)
+            ),
+            DagError::Unproduced { step, input, tensor } => format!(
+                "step {:?} reads tensor {tensor:?} (for its input {input:?}), \
+                 which no ensemble input or step output produces",
+                step_name(step)
+            ),
+            DagError::OutputNotProduced { output } => {
+                format!("ensemble output {output:?} is not produced by any step")
             }
-        }
-    }
-    for output in &spec.outputs {
-        if !matches!(producers.get(output.name.as_str()), Some(Producer::Step(_))) {
-            errors.push(format!("ensemble output {:?} is not produced by any step", output.name));
-        }
-    }
-}
-
-/// The steps form a DAG: Kahn's algorithm leaves exactly the steps on or
-/// behind a cycle unscheduled.
-fn check_acyclic(errors: &mut Errors, spec: &ModelEnsembleSpec, producers: &BTreeMap<&str, Producer>) {
-    // For each step, the steps it waits for (deduplicated).
-    let waits_for: Vec<BTreeSet<usize>> = spec
-        .steps
-        .iter()
-        .map(|step| {
-            step.input_map
-                .values()
-                .filter_map(|tensor| match producers.get(tensor.as_str()) {
-                    Some(Producer::Step(j)) => Some(*j),
-                    _ => None,
-                })
-                .collect()
-        })
-        .collect();
-    let mut done = vec![false; spec.steps.len()];
-    loop {
-        let ready: Vec<usize> = (0..spec.steps.len())
-            .filter(|&i| !done[i] && waits_for[i].iter().all(|&j| done[j]))
-            .collect();
-        if ready.is_empty() {
-            break;
-        }
-        for i in ready {
-            done[i] = true;
-        }
-    }
-    let stuck: Vec<&str> = spec
-        .steps
-        .iter()
-        .zip(&done)
-        .filter(|(_, done)| !**done)
-        .map(|(step, _)| step.name.as_str())
-        .collect();
-    if !stuck.is_empty() {
-        errors.push(format!(
-            "spec.steps form a cycle through steps {stuck:?}; an ensemble must be a DAG"
-        ));
+            DagError::Cycle { steps } => {
+                let stuck: Vec<&str> = steps.into_iter().map(step_name).collect();
+                format!("spec.steps form a cycle through steps {stuck:?}; an ensemble must be a DAG")
+            }
+        });
     }
 }

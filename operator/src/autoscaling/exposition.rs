@@ -7,20 +7,28 @@
 //! not a valid sample makes the whole scrape invalid: a pod that answers
 //! garbage is skipped rather than half-read.
 
+use std::collections::BTreeSet;
+
+use nereid_proto::contract::metrics::{
+    EXECUTING_REQUEST_COUNT, GPU_UTILIZATION, INFERENCE_COUNT, PENDING_REQUEST_COUNT, QUEUE_LATENCY, REQUEST_SUCCESS,
+};
 use thiserror::Error;
 
 /// Cumulative queue time of successful requests, microseconds (Triton's name).
-const QUEUE_DURATION: &str = "nv_inference_queue_duration_us";
-/// Successful requests.
-const REQUEST_SUCCESS: &str = "nv_inference_request_success";
-/// Inferences (a batch of 8 counts 8).
-const INFERENCE_COUNT: &str = "nv_inference_count";
-/// Requests waiting in the queue (Triton's).
-const PENDING: &str = "nv_inference_pending_request_count";
-/// Requests in an execution now (Nereid's).
-const EXECUTING: &str = "nereid_inference_executing_request_count";
-/// GPU utilisation, 0 to 1, per GPU (Triton's).
-const GPU_UTILIZATION: &str = "nv_gpu_utilization";
+const QUEUE_DURATION: &str = QUEUE_LATENCY.duration;
+
+/// Every family [`parse`] reads, each named in the server's contract
+/// (`nereid_proto::contract::metrics`): successful requests, inferences (a
+/// batch of 8 counts 8), requests waiting in the queue (Triton's) and in an
+/// execution now (Nereid's), GPU utilisation (0 to 1, per GPU, Triton's).
+pub const FAMILIES: [&str; 6] = [
+    QUEUE_DURATION,
+    REQUEST_SUCCESS,
+    INFERENCE_COUNT,
+    PENDING_REQUEST_COUNT,
+    EXECUTING_REQUEST_COUNT,
+    GPU_UTILIZATION,
+];
 
 /// What one scrape of one pod says.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -66,7 +74,7 @@ pub fn parse(text: &str) -> Result<Sample, ParseError> {
             QUEUE_DURATION => sample.queue_us += value,
             REQUEST_SUCCESS => sample.requests += value,
             INFERENCE_COUNT => sample.inferences += value,
-            PENDING | EXECUTING => sample.pending += value,
+            PENDING_REQUEST_COUNT | EXECUTING_REQUEST_COUNT => sample.pending += value,
             GPU_UTILIZATION => {
                 gpu_sum += value;
                 gpus += 1;
@@ -79,6 +87,25 @@ pub fn parse(text: &str) -> Result<Sample, ParseError> {
     }
     sample.gpu_percent = (gpus > 0).then(|| 100.0 * gpu_sum / f64::from(gpus));
     Ok(sample)
+}
+
+/// The names of the samples a /metrics body holds (a histogram's show as
+/// its `_bucket`, `_sum` and `_count`), read as [`parse`] reads them: for
+/// checking that a server exports what [`parse`] looks for.
+pub fn sample_names(text: &str) -> Result<BTreeSet<&str>, ParseError> {
+    let mut names = BTreeSet::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, _) = sample_line(line).map_err(|problem| ParseError::Line {
+            line: index + 1,
+            problem,
+        })?;
+        names.insert(name);
+    }
+    Ok(names)
 }
 
 /// The metric name and value of one sample line:
@@ -168,6 +195,15 @@ nv_model_load_duration_secs{model="odd } \" name",version="1"} 0.5
                 gpu_percent: None,
             }
         );
+    }
+
+    #[test]
+    fn sample_names_lists_each_name_once() {
+        let names = sample_names(SCRAPE).unwrap();
+        assert!(names.contains(REQUEST_SUCCESS) && names.contains(EXECUTING_REQUEST_COUNT));
+        assert!(!names.contains(GPU_UTILIZATION));
+        assert_eq!(names.len(), 8);
+        assert!(sample_names("nv_inference_count 1\n<html>\n").is_err());
     }
 
     #[test]

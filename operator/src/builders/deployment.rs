@@ -71,9 +71,6 @@ pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
 pub const GPU_TAINT: &str = "nvidia.com/gpu";
 
 pub const SERVER_CONTAINER: &str = "nereid-server";
-/// `nereid-server`'s exit status when `--exit-on-error` stops it because the
-/// model failed to load (its `LOAD_FAILED_EXIT_CODE`): a failed load, not a crash.
-pub const SERVER_LOAD_FAILED_EXIT_CODE: i32 = 3;
 pub const FETCH_CONTAINER: &str = "model-fetch";
 /// The init container that writes the ConfigMap's model folders (ensembles).
 pub const WRITE_CONTAINER: &str = "model-configs";

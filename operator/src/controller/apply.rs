@@ -1,5 +1,6 @@
-//! Writing to the API server: server-side apply of the owned objects and of
-//! the status, always as the one field manager.
+//! Writing to the API server, the controllers' "act": server-side apply of
+//! the owned objects ([`apply_all`]) and of the status, with the Events of a
+//! plan's report ([`report`]), always as the one field manager.
 //!
 //! Server-side apply sends the whole desired object every time and lets the
 //! API server work out the difference: fields we stop setting are removed,
@@ -15,11 +16,15 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::events;
+use super::plan::Report;
 use crate::builders::{AutoscalerObject, Desired, Served, scaled_object};
+use crate::context::Context;
 use crate::error::Error;
 
 /// What the API server holds after [`apply_all`], with the status the
@@ -76,6 +81,23 @@ pub async fn apply_all<S: Served>(
         }
     };
     Ok(Applied { deployment, hpa })
+}
+
+/// Writes a plan's `report` about `object`: its status, when it changed,
+/// then its Events (best effort: one that fails to publish is logged, not
+/// retried); returns what the reconcile returns.
+pub async fn report<K, S>(ctx: &Context, object: &K, report: Report<S>) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + Debug + DeserializeOwned,
+    S: Serialize,
+{
+    if let Some(status) = &report.status {
+        let namespace = object.namespace().ok_or(Error::MissingField("namespace"))?;
+        let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+        patch_status(&api, &object.name_any(), status, &ctx.config.field_manager).await?;
+        events::publish(&ctx.recorder, &object.object_ref(&()), report.events).await;
+    }
+    report.next
 }
 
 /// Deletes the object of `api` named like the model if there is one and

@@ -17,14 +17,11 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType, Recorder};
-use nereid_crds::conditions::{DEGRADED, READY, reason};
-
-use crate::status::conditions::reason as local;
+use nereid_crds::conditions::reason::{self, RECOVERED};
+use nereid_crds::conditions::{DEGRADED, READY};
 
 /// Events' notes are limited to 1 kB.
 const MAX_NOTE: usize = 1000;
-/// The reason of the Event a recovery makes (Degraded True to False).
-pub const RECOVERED: &str = "Recovered";
 
 /// The Events that the change from `previous` to `current` conditions deserves.
 pub fn transitions(previous: &[Condition], current: &[Condition]) -> Vec<Event> {
@@ -97,14 +94,14 @@ fn clip(mut note: String) -> String {
 fn is_problem(condition: &Condition) -> bool {
     !matches!(
         condition.reason.as_str(),
-        reason::AVAILABLE | reason::ROLLING_OUT | local::LOADING | local::SCALED_TO_ZERO
+        reason::AVAILABLE | reason::ROLLING_OUT | reason::LOADING | reason::SCALED_TO_ZERO
     )
 }
 
-/// Publishes the transitions' Events about the object `reference` names;
-/// failures are logged only.
-pub async fn publish(recorder: &Recorder, reference: &ObjectReference, previous: &[Condition], current: &[Condition]) {
-    for event in transitions(previous, current) {
+/// Publishes `events` (the transitions' Events) about the object
+/// `reference` names; failures are logged only.
+pub async fn publish(recorder: &Recorder, reference: &ObjectReference, events: Vec<Event>) {
+    for event in events {
         if let Err(error) = recorder.publish(&event, reference).await {
             tracing::warn!(reason = %event.reason, %error, "failed to publish an event");
         }

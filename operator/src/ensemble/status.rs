@@ -16,33 +16,14 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use nereid_crds::conditions::{DEGRADED, MEMBERS_READY, PROGRESSING, READY, VALID, reason};
+// The ensemble's own reasons (Valid, MembersReady), among everyone's.
+use nereid_crds::conditions::reason as reasons;
 use nereid_crds::{Address, InferenceModel, ModelEnsemble, ModelEnsembleStatus};
 
 use crate::builders::{deployment, labels, service};
 use crate::context::OperatorConfig;
-use crate::status::conditions::{Conditions, reason as local};
+use crate::status::conditions::Conditions;
 use crate::status::{Rollout, address, not_ready_reason, pods, rollout, set_progressing};
-
-/// Reasons of the ensemble's conditions.
-pub mod reasons {
-    /// Valid True.
-    pub const VALID_DAG: &str = "ValidDAG";
-    /// Valid False: an InferenceModel of the same name holds the name the
-    /// ensemble's Service and pods need.
-    pub const NAME_TAKEN: &str = "NameTaken";
-    /// Valid False: a step's tensors do not match what its member serves.
-    pub const MEMBER_TENSOR_MISMATCH: &str = "MemberTensorMismatch";
-    /// MembersReady True.
-    pub const ALL_MEMBERS_READY: &str = "AllMembersReady";
-    /// MembersReady False: a step names an InferenceModel that does not exist.
-    pub const MEMBER_MISSING: &str = "MemberMissing";
-    /// MembersReady False: a member exists but is not Ready.
-    pub const MEMBER_NOT_READY: &str = "MemberNotReady";
-    /// MembersReady False: a member is Ready but no pod of it told its config.
-    pub const MEMBER_UNREACHABLE: &str = "MemberUnreachable";
-    /// Progressing True: nothing is deployed until the members are ready.
-    pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
-}
 
 /// One member InferenceModel: its name, the steps that run it, the object
 /// when it exists, and whether its pods told its config.
@@ -209,7 +190,7 @@ pub fn derive_status(
     } else if wanted == 0 {
         (
             false,
-            local::SCALED_TO_ZERO.to_string(),
+            reason::SCALED_TO_ZERO.to_string(),
             "spec.replicas is 0".to_string(),
         )
     } else if observed.deployment.is_some() && ready >= wanted {
@@ -229,13 +210,13 @@ pub fn derive_status(
         (None, Some(reasons::MEMBER_MISSING), ..) => Some((reasons::MEMBER_MISSING.to_string(), missing.join("; "))),
         (None, _, Some(f), _) => Some((f.reason.clone(), f.message.clone())),
         (None, _, None, Rollout::Stalled(message)) => {
-            Some((local::PROGRESS_DEADLINE_EXCEEDED.to_string(), message.clone()))
+            Some((reason::PROGRESS_DEADLINE_EXCEEDED.to_string(), message.clone()))
         }
         _ => None,
     };
     match degraded {
         Some((why, message)) => conditions.set(DEGRADED, true, &why, message),
-        None => conditions.set(DEGRADED, false, local::AS_EXPECTED, "no problem seen"),
+        None => conditions.set(DEGRADED, false, reason::AS_EXPECTED, "no problem seen"),
     };
 
     let conditions = conditions.into_vec();

@@ -4,8 +4,9 @@
 //! reads it, one step's output and the next one's input, a step's output
 //! and the ensemble output it becomes) the datatypes agree and the shapes
 //! fit. The DAG's own structure (cycles, tensors produced twice) is
-//! `nereid_crds::validate_ensemble`'s; the ensemble pod's server checks all
-//! of it again at load.
+//! `nereid_proto::ensemble_dag`'s, through `nereid_crds::ensemble_dag`, which
+//! also says where each tensor comes from; the ensemble pod's server checks
+//! all of it again at load.
 //!
 //! Shapes are compared as the pods will see them: with a batch dimension
 //! in front when every member batches (then the ensemble batches too, up to
@@ -14,6 +15,7 @@
 use std::collections::BTreeMap;
 
 use nereid_crds::ModelEnsembleSpec;
+use nereid_proto::ensemble_dag::Producer;
 
 use super::members::MemberConfig;
 
@@ -45,41 +47,48 @@ pub fn check(spec: &ModelEnsembleSpec, configs: &BTreeMap<String, MemberConfig>)
         shape.extend_from_slice(dims);
         shape
     };
-    let mut problems = Vec::new();
-    let mut produced: BTreeMap<&str, Produced> = BTreeMap::new();
-    for input in &spec.inputs {
-        produced.insert(
-            &input.name,
-            Produced {
-                datatype: input.datatype.clone(),
-                shape: full(batching, &input.dims),
-                by: "the ensemble's input".into(),
-            },
-        );
-    }
     let step_name = |name: &str, model: &str| format!("step '{name}' (InferenceModel '{model}')");
+    // Who produces each tensor is the DAG's (a broken DAG is the spec
+    // validation's to report: then nothing is traced here).
+    let dag = nereid_crds::ensemble_dag(spec).ok();
+    let producer = |tensor: &str| dag.as_ref()?.producer(tensor);
+    // What a tensor is where it is produced: as the ensemble input
+    // declares it, or as the producing step's member declares that output.
+    let produced = |tensor: &str| -> Option<Produced> {
+        match producer(tensor)? {
+            Producer::Input => {
+                let input = spec.inputs.iter().find(|i| i.name == tensor)?;
+                Some(Produced {
+                    datatype: input.datatype.clone(),
+                    shape: full(batching, &input.dims),
+                    by: "the ensemble's input".into(),
+                })
+            }
+            Producer::Step(index) => {
+                let step = &spec.steps[index];
+                let config = configs.get(&step.model)?;
+                let (output, _) = step.output_map.iter().find(|(_, t)| *t == tensor)?;
+                let declared = config.outputs.iter().find(|o| &o.name == output)?;
+                Some(Produced {
+                    datatype: declared.datatype().to_string(),
+                    shape: full(config.max_batch_size > 0, &declared.dims),
+                    by: step_name(&step.name, &step.model),
+                })
+            }
+        }
+    };
+    let mut problems = Vec::new();
     for step in &spec.steps {
         let Some(config) = configs.get(&step.model) else {
             continue;
         };
-        let member_batches = config.max_batch_size > 0;
-        for (output, tensor) in &step.output_map {
-            match config.outputs.iter().find(|o| &o.name == output) {
-                Some(o) => {
-                    produced.insert(
-                        tensor,
-                        Produced {
-                            datatype: o.datatype().to_string(),
-                            shape: full(member_batches, &o.dims),
-                            by: step_name(&step.name, &step.model),
-                        },
-                    );
-                }
-                None => problems.push(format!(
+        for output in step.output_map.keys() {
+            if !config.outputs.iter().any(|o| &o.name == output) {
+                problems.push(format!(
                     "{} maps output '{output}', which the model does not have (its outputs: {})",
                     step_name(&step.name, &step.model),
                     names(config.outputs.iter().map(|o| o.name.as_str()))
-                )),
+                ));
             }
         }
     }
@@ -102,7 +111,7 @@ pub fn check(spec: &ModelEnsembleSpec, configs: &BTreeMap<String, MemberConfig>)
                 ));
                 continue;
             };
-            let Some(source) = produced.get(tensor.as_str()) else {
+            let Some(source) = produced(tensor) else {
                 // An unproduced tensor is the DAG check's to report.
                 continue;
             };
@@ -126,7 +135,7 @@ pub fn check(spec: &ModelEnsembleSpec, configs: &BTreeMap<String, MemberConfig>)
         }
     }
     for output in &spec.outputs {
-        if let Some(source) = produced.get(output.name.as_str()) {
+        if let Some(source) = produced(&output.name) {
             if source.datatype != output.datatype {
                 problems.push(format!(
                     "ensemble output '{}' is declared {}, but {} gives it type {}",

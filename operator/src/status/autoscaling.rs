@@ -4,17 +4,10 @@
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use nereid_crds::AutoscalingStatus;
+use nereid_crds::conditions::reason;
 
 use crate::autoscaling::figures::Figures;
 use crate::builders::Served;
-
-/// The operator's own reasons.
-pub mod reason {
-    /// Another HPA already targets the model or its Deployment; the operator made none.
-    pub const FOREIGN_AUTOSCALER: &str = "ForeignAutoscaler";
-    /// The model has ready pods but none answered the last scrape.
-    pub const NO_POD_METRICS: &str = "NoPodMetrics";
-}
 
 /// The autoscaling status of `model`; `None` without `spec.autoscaling`.
 ///

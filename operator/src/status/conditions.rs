@@ -4,22 +4,6 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-/// Condition reasons the operator sets beyond those of `nereid_crds::conditions::reason`.
-pub mod reason {
-    /// Ready False: `spec.replicas` is 0.
-    pub const SCALED_TO_ZERO: &str = "ScaledToZero";
-    /// ModelLoaded True.
-    pub const LOADED: &str = "Loaded";
-    /// ModelLoaded False with no failure seen (yet).
-    pub const LOADING: &str = "Loading";
-    /// Progressing False: every replica runs the latest spec.
-    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
-    /// Progressing False, Degraded True: the Deployment gave up on the rollout.
-    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
-    /// Degraded False.
-    pub const AS_EXPECTED: &str = "AsExpected";
-}
-
 /// Builds a status's conditions against the previous ones.
 pub struct Conditions<'a> {
     previous: &'a [Condition],

@@ -14,10 +14,9 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::SignedDuration;
 use nereid_crds::conditions::reason;
+use nereid_proto::contract::exit;
 
-use crate::builders::deployment::{
-    FETCH_CONTAINER, GPU_TAINT, SERVER_CONTAINER, SERVER_LOAD_FAILED_EXIT_CODE, WRITE_CONTAINER,
-};
+use crate::builders::deployment::{FETCH_CONTAINER, GPU_TAINT, SERVER_CONTAINER, WRITE_CONTAINER};
 
 /// How long a started server may stay not-ready before that counts as a
 /// failed load: the readiness probe's period × failure threshold, and slack.
@@ -229,7 +228,7 @@ fn exited_on_load_failure(container: &ContainerStatus) -> Option<String> {
         .terminated
         .as_ref()
         .or_else(|| container.last_state.as_ref()?.terminated.as_ref())
-        .filter(|t| t.exit_code == SERVER_LOAD_FAILED_EXIT_CODE)?;
+        .filter(|t| t.exit_code == i32::from(exit::LOAD_FAILED))?;
     // A server that came back and runs is not failing now.
     if state.running.is_some() {
         return None;
