@@ -39,11 +39,7 @@ fn after(model: &InferenceModel, (replicas, updated, ready): (i32, i32, i32), po
 
 /// What a report tells: (type, reason) of each Event.
 fn told<S>(report: &Report<S>) -> Vec<(EventType, String)> {
-    report
-        .events
-        .iter()
-        .map(|e| (e.type_, e.reason.clone()))
-        .collect()
+    report.events.iter().map(|e| (e.type_, e.reason.clone())).collect()
 }
 
 fn condition<'a>(status: &'a InferenceModelStatus, type_: &str) -> &'a Condition {
