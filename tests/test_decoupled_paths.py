@@ -198,7 +198,10 @@ def test_an_ensemble_runs_the_steps_after_a_decoupled_step_once_per_response(loc
             stream.finals({"e"})
     finally:
         stream.close()
-    # Such an ensemble is decoupled: a unary call is refused with Triton's words.
+    # Such an ensemble is decoupled: its config says so, and a unary call is
+    # refused with Triton's words.
+    config = helpers.http_get(local, "/v2/models/repeat_then_copy/config").json()
+    assert config["model_transaction_policy"] == {"decoupled": True}, config
     client = grpcclient.InferenceServerClient(local.grpc_url)
     data = grpcclient.InferInput("IN", [1], "INT32")
     data.set_data_from_numpy(np.array([1], dtype=np.int32))

@@ -150,7 +150,7 @@ impl Inline {
     fn run(&self, job: Job) {
         let mut instance = self.instance();
         // As on an instance thread: a panic around the batch fails only it
-        // (its requests' replies drop: "stopped before answering").
+        // (its requests' responders drop: "stopped before answering").
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(&self.source, instance.as_mut(), job).send()));
         if ran.is_err() {
             tracing::error!(model = %self.source.model, version = self.source.version, "a job panicked outside its batch; the instance goes on");
@@ -323,7 +323,7 @@ fn worker(
         // `run` already contains a panic in the batch it runs; this second
         // guard keeps the thread (and every request queued behind it) alive
         // even if bookkeeping around the batch ever panics. Requests whose
-        // replies are lost that way get "stopped before answering".
+        // responders are lost that way get "stopped before answering".
         let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run(source, instance.as_mut(), job)));
         let finished = ran.unwrap_or_else(|_| {
             tracing::error!(model = %source.model, version = source.version, "a job panicked outside its batch; the instance goes on");

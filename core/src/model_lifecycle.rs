@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nereid_proto::inference::{
-    ModelConfig, ModelInstanceGroup, ModelVersionPolicy, model_config::SchedulingChoice, model_instance_group::Kind,
-    model_version_policy,
+    ModelConfig, ModelInstanceGroup, ModelTransactionPolicy, ModelVersionPolicy, model_config::SchedulingChoice,
+    model_instance_group::Kind, model_version_policy,
 };
 
 use crate::backend;
@@ -168,7 +168,12 @@ pub fn prepare(
     }
     if kind == BackendKind::Ensemble {
         // The DAG against the members loaded now (the manager loads them first).
-        plan::plan(&config, &|member, version| options.members.config(member, version))?;
+        let plan = plan::plan(&config, &|member, version| options.members.config(member, version))?;
+        // A decoupled step makes the ensemble decoupled: its config says so,
+        // as a client reading /config expects of a model it must stream.
+        if plan.is_decoupled() && config.model_transaction_policy.is_none() {
+            config.model_transaction_policy = Some(ModelTransactionPolicy { decoupled: true });
+        }
     }
     Ok(PreparedModel {
         config: Arc::new(config),

@@ -2,7 +2,7 @@
 //! whatever order their batches finish in.
 //!
 //! Each accepted request takes a sequence number; a finished response waits
-//! here until every earlier one has gone out. A reply that is dropped
+//! here until every earlier one has gone out. A responder that is dropped
 //! without an answer still releases its number, so one lost request never
 //! holds the others back ([`super::Responder`]; tested there).
 
