@@ -131,10 +131,13 @@ impl Model {
 
     /// Checks a request, runs it on a free instance and shapes the response.
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse> {
-        // A span per request costs about a tenth of a small request's CPU
-        // time (measured with bench/vad.sh); it is there for verbose logging
-        // only. Entered by hand, not with #[instrument], whose future holds
-        // the body's future twice (with and without the span).
+        // The request's span travels with it (`scheduler::Request::span`),
+        // so whatever logs about it, on whichever thread, names it. It is
+        // disabled, a level check, unless verbose logging is on: an enabled
+        // span per request costs about a tenth of a small request's CPU time
+        // (measured with bench/vad.sh). Entered by hand, not with
+        // #[instrument], whose future holds the body's future twice (with
+        // and without the span).
         let span = tracing::debug_span!("infer", model = %self.name, version = self.version, request_id = %request.id);
         if self.is_decoupled() {
             return Err(Error::unsupported(format!(
@@ -167,6 +170,7 @@ impl Model {
         result
     }
 
+    /// A queued request: submitted, and its one response awaited.
     async fn run(&self, request: InferRequest, span: tracing::Span) -> Result<InferResponse> {
         let mut submitted = self.submit(request, UNARY_DEPTH, span)?;
         let produced = single(&mut submitted.responses).await?;
