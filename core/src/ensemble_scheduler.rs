@@ -41,7 +41,7 @@ use crate::model::stream::ResponseStream;
 use crate::model_repository_manager::Members;
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
-use crate::scheduler::Ran;
+use crate::scheduler::{Ran, Runner};
 use crate::tensor::Tensor;
 
 pub struct EnsembleScheduler {
@@ -262,6 +262,12 @@ impl EnsembleScheduler {
             step.describe(),
             cause.message()
         ))
+    }
+}
+
+impl Runner for EnsembleScheduler {
+    fn run<'a>(&'a self, ran: &'a Ran<'a>) -> BoxFuture<'a, Result<()>> {
+        Box::pin(EnsembleScheduler::run(self, ran))
     }
 }
 

@@ -182,7 +182,10 @@ impl Inline {
             &self.source,
             instance.as_mut(),
             arrived,
-            &[batch_size],
+            Shape {
+                rows: batch_size,
+                requests: 1,
+            },
             &traces,
             |instance| {
                 let (produced, timing) = backend::execute_one(instance, inputs, batch_size)?;
@@ -416,19 +419,29 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) -> F
     if responders.is_empty() {
         return Finished::default();
     }
-    let sizes = batch.sizes.clone();
+    let shape = Shape {
+        rows: batch.rows(),
+        requests: batch.sizes.len(),
+    };
     let mut sink = Sinks {
         responders,
         streaming: source.decoupled(),
         answers: Vec::new(),
     };
-    let outcome = execute(source, instance, started, &sizes, &traces, |instance| {
+    let outcome = execute(source, instance, started, shape, &traces, |instance| {
         instance.execute(batch, &mut sink)
     });
     sink.end(outcome.err())
 }
 
-/// Executes one batch of `sizes` rows per request with `run`, records it,
+/// How big a batch is, for its statistics and traces.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    rows: usize,
+    requests: usize,
+}
+
+/// Executes one batch of `shape` with `run`, records it,
 /// and returns how long it took. Nothing in here may take the thread
 /// down: a panic anywhere (backend, batch assembly, statistics, splitting)
 /// fails this batch and only it.
@@ -436,17 +449,17 @@ fn execute(
     source: &InstanceSource,
     instance: &mut dyn ModelInstance,
     started: Instant,
-    sizes: &[usize],
+    shape: Shape,
     traces: &[Arc<RequestTrace>],
     run: impl FnOnce(&mut dyn ModelInstance) -> Result<ComputeTiming>,
 ) -> Result<()> {
-    let _executing = source.statistics.executing(sizes.len());
+    let _executing = source.statistics.executing(shape.requests);
     std::panic::catch_unwind(AssertUnwindSafe(|| {
         let timing = run(instance)?;
-        let total: usize = sizes.iter().sum();
+        let total = shape.rows;
         source
             .statistics
-            .record_execution(total as u64, sizes.len() as u64, timing);
+            .record_execution(total as u64, shape.requests as u64, timing);
         if !traces.is_empty() {
             for trace in traces {
                 trace.compute(started, timing);

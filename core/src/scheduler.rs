@@ -119,11 +119,11 @@ impl Scheduler {
             Scheduler::Dynamic(batcher) => batcher.enqueue(request),
             Scheduler::Sequence(batcher) => batcher.enqueue(request),
             Scheduler::Ensemble(ensemble) => {
-                spawn_counted(Running::Ensemble(Arc::clone(ensemble)), request, statistics);
+                spawn_counted(Arc::clone(ensemble) as Arc<dyn Runner>, request, statistics);
                 Ok(())
             }
             Scheduler::Runner(runner) => {
-                spawn_counted(Running::Runner(Arc::clone(runner)), request, statistics);
+                spawn_counted(Arc::clone(runner), request, statistics);
                 Ok(())
             }
         }
@@ -135,7 +135,7 @@ impl Scheduler {
 /// and counts it as one execution of its batch, its whole time as compute,
 /// as Triton counts an ensemble. `run` sends the responses and returns
 /// the error that ends the request, if one does.
-fn spawn_counted(runner: Running, request: Request, statistics: &Arc<ModelStatistics>) {
+fn spawn_counted(runner: Arc<dyn Runner>, request: Request, statistics: &Arc<ModelStatistics>) {
     let statistics = Arc::clone(statistics);
     let span = request.span.clone();
     let Request {
@@ -184,27 +184,13 @@ fn spawn_counted(runner: Running, request: Request, statistics: &Arc<ModelStatis
     tokio::spawn(tracing::Instrument::instrument(task, span));
 }
 
-/// What runs a request of a model that has no instances of its own: the
-/// backend of a model that runs elsewhere provides it.
+/// What runs a request of a model that has no instances of its own: an
+/// ensemble's DAG, or what the backend of a model that runs elsewhere
+/// provides.
 pub trait Runner: Send + Sync {
     /// Sends the request's responses (one for a unary model, any number
     /// for a decoupled one); the error that ends it, if one does.
     fn run<'a>(&'a self, ran: &'a Ran<'a>) -> BoxFuture<'a, Result<()>>;
-}
-
-/// A model without instances of its own, running a request.
-enum Running {
-    Ensemble(Arc<EnsembleScheduler>),
-    Runner(Arc<dyn Runner>),
-}
-
-impl Running {
-    async fn run(&self, ran: &Ran<'_>) -> Result<()> {
-        match self {
-            Running::Ensemble(ensemble) => ensemble.run(ran).await,
-            Running::Runner(runner) => runner.run(ran).await,
-        }
-    }
 }
 
 /// A request as a model without instances runs it: its inputs taken, the

@@ -274,28 +274,32 @@ impl Plan {
     /// Whether step `later` reads, directly or through other steps, what
     /// step `earlier` produces (indices in plan order).
     pub fn feeds(&self, earlier: usize, later: usize) -> bool {
-        let mut reached = vec![false; self.steps.len()];
-        reached[earlier] = true;
-        for i in earlier + 1..self.steps.len() {
-            reached[i] = self.steps[i].inputs.iter().any(|(_, tensor)| {
-                self.steps[..i]
-                    .iter()
-                    .enumerate()
-                    .any(|(j, s)| reached[j] && s.outputs.iter().any(|(_, t)| t == tensor))
-            });
-        }
-        reached[later]
+        feeds(&self.steps, earlier, later)
     }
+}
+
+/// [`Plan::feeds`] over steps in dependency order.
+fn feeds(steps: &[Step], earlier: usize, later: usize) -> bool {
+    let mut reached = vec![false; steps.len()];
+    reached[earlier] = true;
+    for i in earlier + 1..steps.len() {
+        reached[i] = steps[i].inputs.iter().any(|(_, tensor)| {
+            steps[..i]
+                .iter()
+                .enumerate()
+                .any(|(j, s)| reached[j] && s.outputs.iter().any(|(_, t)| t == tensor))
+        });
+    }
+    reached[later]
 }
 
 /// Decoupled steps must lie on one line, each feeding the next: the steps
 /// after a decoupled step run once per response, and two streams that do
 /// not feed each other have no pairing of their responses to run them on.
 fn decoupled_steps_in_line(name: &str, steps: &[Step]) -> Result<()> {
-    let plan = Plan { steps: steps.to_vec() };
     let decoupled: Vec<usize> = (0..steps.len()).filter(|&i| steps[i].decoupled).collect();
     for pair in decoupled.windows(2) {
-        if !plan.feeds(pair[0], pair[1]) {
+        if !feeds(steps, pair[0], pair[1]) {
             return Err(Error::invalid(format!(
                 "ensemble '{name}': {} and {} are both decoupled and neither reads what the other produces; \
                  decoupled steps must follow one another",
