@@ -21,7 +21,10 @@ use nereid_proto::inference::ModelConfig;
 use crate::datatype::DataType;
 use crate::error::Result;
 use crate::model_config::autocomplete::ModelSignature;
+use crate::model_repository_manager::Members;
+use crate::parameter::Parameters;
 use crate::scheduler::Runner;
+use crate::sequence_batcher::correlation::Flags;
 use crate::statistics::ComputeTiming;
 use crate::tensor::Tensor;
 
@@ -43,6 +46,9 @@ pub struct InstanceSpec<'a> {
     pub device: Device,
     /// Threads ONNX Runtime may use inside one operator.
     pub intra_op_threads: usize,
+    /// The server's models, for instances that call others (a Python
+    /// model's business-logic scripting).
+    pub members: &'a Members,
 }
 
 /// One input of an execution: the batched shape and the requests' pieces
@@ -102,12 +108,25 @@ pub struct Execution {
     pub timing: ComputeTiming,
 }
 
-/// The requests of one execution, in batch order: each one's inputs and
-/// its rows along the batch dimension.
+/// The requests of one execution, in batch order: each one's inputs, its
+/// rows along the batch dimension and what else a model may read about it.
 #[derive(Debug, Default)]
 pub struct Batch {
     pub requests: Vec<Vec<Tensor>>,
     pub sizes: Vec<usize>,
+    /// Empty, or one per request (the instance pool fills it; backends
+    /// that read only tensors ignore it).
+    pub info: Vec<RequestInfo>,
+}
+
+/// What Triton's backend API lets a model read about a request beside its
+/// inputs. Moved out of the queued request, never copied.
+#[derive(Debug, Default)]
+pub struct RequestInfo {
+    pub id: String,
+    pub parameters: Parameters,
+    /// Its sequence's id and flags, for a sequence model.
+    pub sequence: Option<Flags>,
 }
 
 impl Batch {
@@ -140,7 +159,7 @@ pub trait BatchedInstance: Send {
 
 impl<T: BatchedInstance> ModelInstance for T {
     fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
-        let Batch { requests, sizes } = batch;
+        let Batch { requests, sizes, .. } = batch;
         let execution = self.run(crate::batch::assemble(requests, &sizes))?;
         let per_request = match sizes.len() {
             1 => vec![execution.outputs],
@@ -160,6 +179,10 @@ pub trait ResponseSink {
     /// away: the backend should stop working for it.
     fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool;
 
+    /// Ends `request` with `error` (its last response), leaving the batch's
+    /// other requests alone. `false` when it had already ended.
+    fn fail(&mut self, request: usize, error: crate::error::Error) -> bool;
+
     /// Whether `request`'s client has gone away.
     fn is_cancelled(&self, request: usize) -> bool;
 }
@@ -175,23 +198,32 @@ pub fn execute_one(
     let batch = Batch {
         requests: vec![inputs],
         sizes: vec![rows],
+        info: Vec::new(),
     };
     let timing = instance.execute(batch, &mut sink)?;
     let outputs = sink
         .0
-        .ok_or_else(|| crate::error::Error::internal("the model instance sent no response"))?;
+        .ok_or_else(|| crate::error::Error::internal("the model instance sent no response"))??;
     Ok((outputs, timing))
 }
 
 /// Keeps the one response of a batch of one.
-struct OneResponse(Option<Vec<Tensor>>);
+struct OneResponse(Option<Result<Vec<Tensor>>>);
 
 impl ResponseSink for OneResponse {
     fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
         if request != 0 || self.0.is_some() {
             return false;
         }
-        self.0 = Some(outputs);
+        self.0 = Some(Ok(outputs));
+        true
+    }
+
+    fn fail(&mut self, request: usize, error: crate::error::Error) -> bool {
+        if request != 0 || self.0.is_some() {
+            return false;
+        }
+        self.0 = Some(Err(error));
         true
     }
 
@@ -215,9 +247,11 @@ pub trait Backend: Send + Sync {
     }
 
     /// Completes `config` from what only the backend can read (a remote
-    /// model's own config, from the remote). Blocking: it runs in the load.
-    fn complete_config(&self, config: &mut ModelConfig) -> Result<()> {
-        let _ = config;
+    /// model's own config, from the remote; a Python model's
+    /// `auto_complete_config`), its files in `version_dir`. Blocking: it
+    /// runs in the load.
+    fn complete_config(&self, config: &mut ModelConfig, version_dir: &Path) -> Result<()> {
+        let _ = (config, version_dir);
         Ok(())
     }
 

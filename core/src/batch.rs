@@ -37,6 +37,11 @@ pub fn assemble(requests: Vec<Vec<Tensor>>, sizes: &[usize]) -> Vec<BatchInput> 
         return Vec::new();
     };
     let mut batch: Vec<BatchInput> = first.into_iter().map(BatchInput::single).collect();
+    // One request's tensors are already in the model's shapes; for a model
+    // that does not batch, the first dimension is one of its own.
+    if sizes.len() == 1 {
+        return batch;
+    }
     for request in requests {
         for (input, tensor) in batch.iter_mut().zip(request) {
             input.parts.push(tensor.data);
@@ -139,6 +144,11 @@ mod tests {
         let batch = assemble(vec![a, b], &[1, 2]);
         assert_eq!(batch[0].shape, vec![3, 2]);
         assert_eq!(batch[0].contiguous(), int32("X", &[[1, 2], [3, 4], [5, 6]]).data);
+
+        // A model without a batch dimension: one request of "1 row" keeps
+        // its first dimension (4 here), which is the model's own.
+        let unbatched = assemble(vec![vec![int32("X", &[[1, 2], [3, 4], [5, 6], [7, 8]])]], &[1]);
+        assert_eq!(unbatched[0].shape, vec![4, 2]);
 
         let out = int32("Y", &[[10, 20], [30, 40], [50, 60]]);
         let split = split(vec![out], &[1, 2]).unwrap();

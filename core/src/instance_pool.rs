@@ -30,8 +30,9 @@ use nereid_proto::inference::ModelConfig;
 use parking_lot::Mutex;
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::backend::{self, Backend, Batch, Device, InstanceSpec, ModelInstance, ResponseSink};
+use crate::backend::{self, Backend, Batch, Device, InstanceSpec, ModelInstance, RequestInfo, ResponseSink};
 use crate::error::{Error, Result};
+use crate::model_repository_manager::Members;
 use crate::scheduler::{Outcome, Request, Responder};
 use crate::statistics::{ComputeTiming, ModelStatistics};
 use crate::tensor::Tensor;
@@ -69,6 +70,8 @@ pub struct InstanceSource {
     pub config: Arc<ModelConfig>,
     pub version_dir: PathBuf,
     pub statistics: Arc<ModelStatistics>,
+    /// The server's models, for instances that call others.
+    pub members: Members,
     /// Told once per finished job, with its answers, when a dynamic batcher
     /// feeds the pool.
     pub idle: Option<UnboundedSender<Finished>>,
@@ -352,6 +355,7 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
         version_dir: &source.version_dir,
         device: placement.device,
         intra_op_threads: placement.intra_op_threads,
+        members: &source.members,
     };
     std::panic::catch_unwind(AssertUnwindSafe(|| source.backend.create_instance(spec)))
         .unwrap_or_else(|_| Err(Error::internal("the backend panicked while creating an instance")))
@@ -360,6 +364,7 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
 /// A queued request as an instance takes it up.
 struct Admitted {
     inputs: Vec<Tensor>,
+    info: RequestInfo,
     batch_size: usize,
     responder: Responder,
     trace: Option<Arc<RequestTrace>>,
@@ -374,6 +379,9 @@ fn admit(source: &InstanceSource, started: Instant, request: Request) -> Option<
         return None;
     }
     let Request {
+        id,
+        parameters,
+        sequence,
         batch_size,
         responder,
         trace,
@@ -393,6 +401,11 @@ fn admit(source: &InstanceSource, started: Instant, request: Request) -> Option<
     tracing::debug!(parent: &span, queued_us = waited.as_micros() as u64, "taken up by an instance");
     Some(Admitted {
         inputs,
+        info: RequestInfo {
+            id,
+            parameters,
+            sequence,
+        },
         batch_size,
         responder,
         trace,
@@ -414,6 +427,7 @@ fn run(source: &InstanceSource, instance: &mut dyn ModelInstance, job: Job) -> F
         traces.extend(admitted.trace);
         batch.sizes.push(admitted.batch_size);
         batch.requests.push(admitted.inputs);
+        batch.info.push(admitted.info);
         responders.push(Some(admitted.responder));
     }
     if responders.is_empty() {
@@ -535,6 +549,19 @@ impl ResponseSink for Sinks {
         }
     }
 
+    fn fail(&mut self, request: usize, error: Error) -> bool {
+        let Some(responder) = self.responders.get_mut(request).and_then(Option::take) else {
+            return false;
+        };
+        match self.streaming {
+            true => responder.blocking_send(Err(error)),
+            false => {
+                self.answers.push((responder, Err(error)));
+                true
+            }
+        }
+    }
+
     fn is_cancelled(&self, request: usize) -> bool {
         self.responders
             .get(request)
@@ -585,6 +612,7 @@ mod tests {
             config: Arc::new(config),
             version_dir: PathBuf::from("."),
             statistics: Arc::clone(&statistics),
+            members: Members::default(),
             idle: None,
         };
         let placement = Placement {

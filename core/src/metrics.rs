@@ -365,6 +365,12 @@ impl Metrics {
             .expect("each metric is registered once");
     }
 
+    /// The registry, for families a backend defines at run time (a Python
+    /// model's `pb_utils.MetricFamily`): they are exported beside these.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The Prometheus text exposition of every family.
     pub fn encode(&self) -> String {
         let mut out = Vec::new();

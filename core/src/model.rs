@@ -25,6 +25,7 @@ use crate::metrics::FailureReason;
 use crate::model_config::sequence::SequenceConfig;
 use crate::model_config::{file_names, parameter};
 use crate::model_lifecycle::LoadOptions;
+use crate::model_repository_manager::Members;
 use crate::parameter::Parameters;
 use crate::request::{InferRequest, RequestedOutput};
 use crate::response::InferResponse;
@@ -90,7 +91,7 @@ impl Model {
             }
             _ => match kind.implementation().runner(&config)? {
                 Some(runner) => Scheduler::Runner(runner),
-                None => on_instances(name, version, version_dir, &config, kind, &statistics)?,
+                None => on_instances(name, version, version_dir, &config, kind, &statistics, &options.members)?,
             },
         };
         statistics.metrics().load_duration(started.elapsed());
@@ -346,6 +347,7 @@ fn on_instances(
     config: &Arc<ModelConfig>,
     kind: BackendKind,
     statistics: &Arc<ModelStatistics>,
+    members: &Members,
 ) -> Result<Scheduler> {
     let placements = placements(config)?;
     let source = |idle| InstanceSource {
@@ -355,6 +357,7 @@ fn on_instances(
         config: Arc::clone(config),
         version_dir: version_dir.to_path_buf(),
         statistics: Arc::clone(statistics),
+        members: members.clone(),
         idle,
     };
     if crate::model_config::sequence::of(config).is_some() {

@@ -125,13 +125,21 @@ pub fn prepare(
 
     let kind = match BackendKind::from_config(&config) {
         Some(kind) => kind,
-        // Like Triton, recognise an ONNX model by its file when nothing is named.
+        // Like Triton, recognise an ONNX or a Python model by its file when
+        // nothing is named.
         None if config.backend.is_empty()
             && config.platform.is_empty()
             && autocomplete_enabled
             && latest_dir.join("model.onnx").is_file() =>
         {
             BackendKind::OnnxRuntime
+        }
+        None if config.backend.is_empty()
+            && config.platform.is_empty()
+            && autocomplete_enabled
+            && latest_dir.join("model.py").is_file() =>
+        {
+            BackendKind::Python
         }
         None => {
             return Err(Error::invalid(format!(
@@ -156,7 +164,7 @@ pub fn prepare(
         autocomplete::check_against(&config, &signature)?;
     }
     if autocomplete_enabled {
-        kind.implementation().complete_config(&mut config)?;
+        kind.implementation().complete_config(&mut config, latest_dir)?;
     }
     fill_defaults(&mut config, kind);
     validate(&config)?;

@@ -213,6 +213,13 @@ impl Actor {
                 row.end,
                 row.state.as_deref(),
             ));
+            // What the instance may read of its place (a Python model's
+            // correlation_id() and flags()): START as the book decided it.
+            request.sequence = Some(Flags {
+                id: row.id.clone(),
+                start: row.start,
+                end: row.end,
+            });
             let (inner, responses) = responder::channel(depth);
             let client = std::mem::replace(&mut request.responder, inner);
             requests.push(request);

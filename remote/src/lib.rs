@@ -30,6 +30,7 @@
 //! from the remote model's own config (its `ModelConfig`), so a remote
 //! step needs nothing but its endpoint.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -71,7 +72,7 @@ impl Backend for RemoteBackend {
         true
     }
 
-    fn complete_config(&self, config: &mut ModelConfig) -> Result<()> {
+    fn complete_config(&self, config: &mut ModelConfig, _: &Path) -> Result<()> {
         complete_from_remote(config)
     }
 

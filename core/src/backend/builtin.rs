@@ -244,11 +244,14 @@ mod tests {
     use crate::model_config::text::parse;
 
     fn spec(config: &ModelConfig) -> InstanceSpec<'_> {
+        static NO_MEMBERS: std::sync::LazyLock<crate::model_repository_manager::Members> =
+            std::sync::LazyLock::new(Default::default);
         InstanceSpec {
             config,
             version_dir: Path::new("."),
             device: Device::Cpu,
             intra_op_threads: 1,
+            members: &NO_MEMBERS,
         }
     }
 

@@ -35,6 +35,9 @@ pub enum BackendKind {
     Ensemble,
     /// `backend: "remote"`: another server's model, over KServe v2 gRPC.
     Remote,
+    /// `backend: "python"`: Triton's `model.py`, each instance in its own
+    /// Python process.
+    Python,
 }
 
 /// One backend.
@@ -83,13 +86,13 @@ impl Backend for NotPluggedIn {
         Err(Self::error(spec.config))
     }
 
-    fn complete_config(&self, config: &mut ModelConfig) -> Result<()> {
+    fn complete_config(&self, config: &mut ModelConfig, _: &Path) -> Result<()> {
         Err(Self::error(config))
     }
 }
 
 /// The backends this server has.
-pub static REGISTRY: [Registration; 7] = [
+pub static REGISTRY: [Registration; 8] = [
     Registration {
         kind: BackendKind::OnnxRuntime,
         backend: "onnxruntime",
@@ -137,6 +140,13 @@ pub static REGISTRY: [Registration; 7] = [
         backend: "remote",
         platforms: &[],
         default_model_filename: None,
+        implementation: None,
+    },
+    Registration {
+        kind: BackendKind::Python,
+        backend: "python",
+        platforms: &[],
+        default_model_filename: Some("model.py"),
         implementation: None,
     },
 ];
@@ -240,7 +250,11 @@ mod tests {
             BackendKind::from_config(&config("repeat", "")),
             Some(BackendKind::Repeat)
         );
-        assert_eq!(BackendKind::from_config(&config("python", "")), None);
+        assert_eq!(
+            BackendKind::from_config(&config("python", "")),
+            Some(BackendKind::Python)
+        );
+        assert_eq!(BackendKind::from_config(&config("tensorrt", "")), None);
         assert_eq!(BackendKind::from_config(&config("", "")), None);
         let mut described = config("", "onnxruntime_onnx");
         BackendKind::OnnxRuntime.describe(&mut described);

@@ -11,13 +11,22 @@
 //! - `onnxruntime,default-max-batch-size=N`: what auto-complete sets an
 //!   unset `max_batch_size` to for a model that can batch (4 unless set; 0
 //!   leaves such models unbatched).
+//! - `python,…`: the Python backend's shared memory and timeouts (read by
+//!   nereid-python; docs/python-backend.md).
 
 use std::str::FromStr;
 
 use crate::model_config::DEFAULT_MAX_BATCH_SIZE;
 
 /// The settings this server's backends read: (backend, setting).
-const KNOWN: &[(&str, &str)] = &[("onnxruntime", DEFAULT_MAX_BATCH_SIZE_SETTING)];
+const KNOWN: &[(&str, &str)] = &[
+    ("onnxruntime", DEFAULT_MAX_BATCH_SIZE_SETTING),
+    ("python", "shm-default-byte-size"),
+    ("python", "shm-growth-byte-size"),
+    ("python", "shm-limit-byte-size"),
+    ("python", "stub-timeout-seconds"),
+    ("python", "execute-timeout-seconds"),
+];
 const DEFAULT_MAX_BATCH_SIZE_SETTING: &str = "default-max-batch-size";
 
 /// Why a `--backend-config` value is refused.
@@ -90,7 +99,8 @@ impl FromStr for BackendConfig {
             }
             _ => {}
         }
-        if setting == DEFAULT_MAX_BATCH_SIZE_SETTING && value.parse::<u32>().is_err() {
+        // Every setting there is is a count.
+        if value.parse::<u64>().is_err() {
             return Err(BackendConfigError::NotACount {
                 setting: setting.to_string(),
                 value: value.to_string(),
@@ -119,6 +129,21 @@ impl Default for BackendSettings {
     }
 }
 
+impl BackendConfig {
+    /// `backend`'s value of `setting` among `configs`: its own, else the
+    /// one given for every backend.
+    pub fn value_of<'a>(configs: &'a [BackendConfig], backend: &str, setting: &str) -> Option<&'a str> {
+        let last = |given_for: Option<&str>| {
+            configs
+                .iter()
+                .rev()
+                .find(|c| c.setting == setting && c.backend.as_deref() == given_for)
+                .map(|c| c.value.as_str())
+        };
+        last(Some(backend)).or_else(|| last(None))
+    }
+}
+
 impl BackendSettings {
     /// The settings `configs` give: those for every backend first, then
     /// each backend's own over them.
@@ -128,8 +153,8 @@ impl BackendSettings {
         let own = configs.iter().filter(|c| c.backend.is_some());
         for config in everyone.chain(own) {
             if config.setting == DEFAULT_MAX_BATCH_SIZE_SETTING {
-                // Checked when parsed: a u32; beyond i32 it is as good as unlimited.
-                let count = config.value.parse::<u32>().unwrap_or(0);
+                // Checked when parsed: a u64; beyond i32 it is as good as unlimited.
+                let count = config.value.parse::<u64>().unwrap_or(0);
                 settings.default_max_batch_size = i32::try_from(count).unwrap_or(i32::MAX);
             }
         }
@@ -180,8 +205,21 @@ mod tests {
             setting.contains("'max-batch'") && setting.contains("default-max-batch-size"),
             "{setting}"
         );
-        let global = parse("shm-default-byte-size=1048576").unwrap_err().to_string();
-        assert!(global.contains("'shm-default-byte-size'"), "{global}");
+        let global = parse("shm-message-queue-size=1024").unwrap_err().to_string();
+        assert!(global.contains("'shm-message-queue-size'"), "{global}");
+        let python = [
+            parse("shm-default-byte-size=1").unwrap(),
+            parse("python,shm-default-byte-size=2").unwrap(),
+        ];
+        assert_eq!(
+            BackendConfig::value_of(&python, "python", "shm-default-byte-size"),
+            Some("2")
+        );
+        assert_eq!(
+            BackendConfig::value_of(&python[..1], "python", "shm-default-byte-size"),
+            Some("1")
+        );
+        assert_eq!(BackendConfig::value_of(&python, "python", "stub-timeout-seconds"), None);
         let count = parse("onnxruntime,default-max-batch-size=-1").unwrap_err().to_string();
         assert!(count.contains("got '-1'"), "{count}");
     }

@@ -181,6 +181,7 @@ mod tests {
                 version_dir: Path::new("."),
                 device: Device::Cpu,
                 intra_op_threads: 1,
+                members: &Default::default(),
             })
             .unwrap();
         let inputs = vec![

@@ -226,6 +226,9 @@ mod tests {
             self.sent.push((request, outputs));
             self.sent.len() < self.stop_after
         }
+        fn fail(&mut self, _: usize, _: crate::error::Error) -> bool {
+            false
+        }
         fn is_cancelled(&self, _: usize) -> bool {
             self.sent.len() >= self.stop_after
         }
@@ -240,6 +243,7 @@ mod tests {
         Batch {
             sizes: vec![1; requests.len()],
             requests,
+            info: Vec::new(),
         }
     }
 
@@ -251,6 +255,7 @@ mod tests {
                 version_dir: Path::new("."),
                 device: Device::Cpu,
                 intra_op_threads: 1,
+                members: &Default::default(),
             })
             .unwrap()
     }
@@ -330,6 +335,9 @@ mod tests {
                 self.0 += 1;
                 true
             }
+            fn fail(&mut self, _: usize, _: crate::error::Error) -> bool {
+                false
+            }
             fn is_cancelled(&self, _: usize) -> bool {
                 self.0 >= 1
             }
@@ -383,6 +391,7 @@ mod tests {
                 version_dir: Path::new("."),
                 device: Device::Cpu,
                 intra_op_threads: 1,
+                members: &Default::default(),
             })
             .err()
             .unwrap();
