@@ -59,6 +59,9 @@ fi
 echo "== scripts/build.sh (release binaries and the ONNX Runtime library, as in the image)" >&2
 "$repo/scripts/build.sh" "$repo/dist"
 
+echo "== pytest python/stub/tests (the Python backend's stub against a fake host)" >&2
+"$repo/.venv/bin/python" -m pytest "$repo/python/stub/tests" -q -p no:cacheprovider
+
 echo "== pytest (tritonclient against dist/bin/nereid-server)" >&2
 NEREID_SERVER_BIN="$repo/dist/bin/nereid-server" ORT_DYLIB_PATH="$repo/dist/lib/libonnxruntime.so" \
     "$repo/.venv/bin/python" -m pytest "$repo/tests" -q

@@ -157,8 +157,9 @@ impl Listeners {
 
 /// Plugs the backends and the object storage that live in their own
 /// crates into the core. The ONNX Runtime backend owns its environment;
-/// it lives as long as the process, as the registry's entries do.
-fn plug_in(args: &Args) {
+/// it lives as long as the process, as the registry's entries do. Python
+/// models' own metrics join the server's registry.
+fn plug_in(args: &Args, metrics: &Metrics) {
     let onnx: &'static OnnxRuntimeBackend =
         Box::leak(Box::new(OnnxRuntimeBackend::load(args.onnxruntime_library.as_deref())));
     if let Some(reason) = onnx.unavailable() {
@@ -166,13 +167,17 @@ fn plug_in(args: &Args) {
     }
     backend::plug_in(BackendKind::OnnxRuntime, onnx);
     backend::plug_in(BackendKind::Remote, &nereid_remote::RemoteBackend);
+    let registry = args.metrics.allow_metrics.then(|| metrics.registry().clone());
+    let python =
+        nereid_python::PythonBackend::new(nereid_python::Settings::from_configs(&args.backend_config), registry);
+    backend::plug_in(BackendKind::Python, Box::leak(Box::new(python)));
     nereid_server::repository::plug_in(nereid_object_storage::open);
 }
 
 async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
-    plug_in(&args);
     let metrics_config = MetricsConfig::parse(&args.metrics.metrics_config).map_err(anyhow::Error::msg)?;
     let metrics = Metrics::new(&metrics_config, args.metrics.allow_metrics);
+    plug_in(&args, &metrics);
     let protection = Protection::from_args(&args)?;
     let trace_config = TraceConfig::parse(&args.trace_config).map_err(anyhow::Error::msg)?;
     let traces = nereid_server::trace_export::start(&trace_config).map_err(anyhow::Error::msg)?;

@@ -1,0 +1,478 @@
+//! One instance of a Python model: its stub, and the loop that runs a batch
+//! through it.
+//!
+//! The instance thread writes the batch's inputs into the host pool, sends
+//! `execute`, and reads the stub until the batch is over: an ordinary
+//! model's `executed` carries every response; a decoupled model's
+//! responses come one by one and the batch is over when `execute` has
+//! returned and every request has had its final flag. Meanwhile the stub
+//! may call other models (BLS, answered from the async runtime), log and
+//! update its metrics.
+//!
+//! A stub that dies, garbles the protocol or stays silent past the execute
+//! timeout fails the batch it was running and is replaced: the next batch
+//! starts a new stub, after a back-off that doubles with each failure in a
+//! row (0.1 s up to 10 s).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nereid_core::backend::{Batch, ModelInstance, RequestInfo, ResponseSink};
+use nereid_core::datatype::DataType;
+use nereid_core::error::{Error, Result};
+use nereid_core::model_repository_manager::Members;
+use nereid_core::sequence_batcher::correlation::CorrelationId;
+use nereid_core::statistics::ComputeTiming;
+use nereid_core::tensor::Tensor;
+
+use crate::bls::{self, Caller};
+use crate::metrics::CustomMetrics;
+use crate::protocol::{
+    Descriptor, ExecRequest, FINAL, FromStub, InitArgs, SEQUENCE_END, SEQUENCE_START, ShmSettings, ToStub,
+    WireResponse, parameters_to_json,
+};
+use crate::stub::{Gone, Launch, Stub};
+
+/// What every instance of one model version shares.
+pub struct Shared {
+    pub model: String,
+    pub version: i64,
+    /// The config as Triton's JSON, for `initialize`'s `model_config`.
+    pub config_json: String,
+    pub model_file: String,
+    pub model_dir: String,
+    pub decoupled: bool,
+    /// Each output's datatype and dims, for checking what the model returns.
+    pub outputs: HashMap<String, (DataType, Vec<i64>)>,
+    pub output_names: Vec<String>,
+    pub batching: bool,
+    pub launch: Launch,
+    pub stub_timeout: Duration,
+    pub execute_timeout: Duration,
+    pub members: Members,
+    pub runtime: tokio::runtime::Handle,
+    pub metrics: Arc<CustomMetrics>,
+    /// Outputs already warned about for a datatype other than the config's.
+    pub mistyped: parking_lot::Mutex<std::collections::HashSet<String>>,
+}
+
+/// The longest wait before a new stub after failures in a row.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+pub struct PythonInstance {
+    shared: Arc<Shared>,
+    name: String,
+    device_id: i32,
+    stub: Option<Stub>,
+    /// Stub failures in a row, and when the last one was.
+    failures: u32,
+    failed_at: Option<Instant>,
+}
+
+impl PythonInstance {
+    /// Starts the instance's stub and initializes the model: an error
+    /// here (the model's own, with its traceback) fails the load.
+    pub fn start(shared: Arc<Shared>, name: String, device_id: i32) -> Result<Self> {
+        let mut instance = PythonInstance {
+            shared,
+            name,
+            device_id,
+            stub: None,
+            failures: 0,
+            failed_at: None,
+        };
+        instance.stub = Some(instance.launch()?);
+        Ok(instance)
+    }
+
+    fn launch(&self) -> Result<Stub> {
+        let shared = &self.shared;
+        let mut stub = Stub::spawn(&shared.launch, &shared.model)?;
+        let init = ToStub::Init {
+            model_file: shared.model_file.clone(),
+            args: InitArgs {
+                model_config: shared.config_json.clone(),
+                model_instance_kind: "CPU".into(),
+                model_instance_name: self.name.clone(),
+                model_instance_device_id: self.device_id.to_string(),
+                model_repository: shared.model_dir.clone(),
+                model_version: shared.version.to_string(),
+                model_name: shared.model.clone(),
+            },
+            shm: ShmSettings {
+                prefix: stub.prefix().to_string(),
+                default_byte_size: shared.launch.pool.default as u64,
+                growth_byte_size: shared.launch.pool.growth as u64,
+                limit_byte_size: shared.launch.pool.limit as u64,
+            },
+        };
+        let failed = |why: String| Error::unavailable(format!("model '{}' failed to initialize: {why}", shared.model));
+        stub.send(&init).map_err(|g| failed(g.describe()))?;
+        let until = Instant::now() + shared.stub_timeout;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match stub.recv(left) {
+                Ok(FromStub::Ready) => return Ok(stub),
+                Ok(FromStub::Failed { message }) => return Err(failed(message)),
+                Ok(FromStub::Log {
+                    level,
+                    message,
+                    file,
+                    line,
+                }) => {
+                    crate::log::emit(&shared.model, &level, &message, file.as_deref(), line);
+                }
+                Ok(
+                    message @ (FromStub::MetricFamily { .. } | FromStub::Metric { .. } | FromStub::MetricUpdate { .. }),
+                ) => {
+                    stub.metrics.apply(&shared.metrics, &shared.model, &message);
+                }
+                Ok(other) => return Err(failed(format!("the stub answered {other:?} to init"))),
+                Err(Gone::Silent(waited)) => {
+                    return Err(failed(format!(
+                        "the stub did not initialize within {} s (--backend-config=python,stub-timeout-seconds)",
+                        waited.as_secs()
+                    )));
+                }
+                Err(gone) => return Err(failed(gone.describe())),
+            }
+        }
+    }
+
+    /// The running stub, or a new one once the back-off has passed.
+    fn stub(&mut self) -> Result<&mut Stub> {
+        if self.stub.is_none() {
+            if let Some(at) = self.failed_at {
+                let backoff = Duration::from_millis(100)
+                    .saturating_mul(1 << self.failures.saturating_sub(1).min(7))
+                    .min(MAX_BACKOFF);
+                if let Some(wait) = (at + backoff).checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+            }
+            tracing::info!(model = %self.shared.model, instance = %self.name, "starting a new Python stub");
+            match self.launch() {
+                Ok(stub) => self.stub = Some(stub),
+                Err(e) => {
+                    self.failures += 1;
+                    self.failed_at = Some(Instant::now());
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.stub.as_mut().expect("started above"))
+    }
+}
+
+impl ModelInstance for PythonInstance {
+    fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+        let started = Instant::now();
+        let shared = Arc::clone(&self.shared);
+        let stub = self.stub()?;
+        match run(&shared, stub, batch, sink) {
+            Ok(()) => {
+                self.failures = 0;
+                Ok(ComputeTiming {
+                    infer: started.elapsed(),
+                    ..ComputeTiming::default()
+                })
+            }
+            Err(gone) => {
+                let reason = gone.describe();
+                tracing::error!(model = %shared.model, instance = %self.name, %reason, "the Python stub failed; its batch fails and a new stub will take the next");
+                // Dropping it kills whatever is left of it.
+                self.stub = None;
+                self.failures += 1;
+                self.failed_at = Some(Instant::now());
+                Err(Error::unavailable(format!(
+                    "model '{}' instance '{}': {reason}; the instance is restarting",
+                    shared.model, self.name
+                )))
+            }
+        }
+    }
+}
+
+impl Drop for PythonInstance {
+    fn drop(&mut self) {
+        if let Some(stub) = self.stub.take() {
+            stub.finalize(self.shared.stub_timeout);
+        }
+    }
+}
+
+/// Runs one batch through `stub`: every request ends, answered or failed,
+/// unless the stub itself fails (then it is replaced, and the caller fails
+/// what is left).
+fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSink) -> Result<(), Gone> {
+    let Batch { requests, info, .. } = batch;
+    // The stub's request i is the batch's request sent[i]: a request whose
+    // inputs do not fit is failed here and not sent.
+    let mut sent = Vec::with_capacity(requests.len());
+    let mut exec = Vec::with_capacity(requests.len());
+    {
+        let mut host = stub.host.lock();
+        for (position, inputs) in requests.into_iter().enumerate() {
+            let described: Result<Vec<Descriptor>> = inputs
+                .iter()
+                .map(|t| host.write(&t.name, t.datatype.as_wire(), &t.shape, &[&t.data]))
+                .collect();
+            match described {
+                Ok(inputs) => {
+                    exec.push(exec_request(shared, info.get(position), inputs));
+                    sent.push(position);
+                }
+                Err(e) => {
+                    sink.fail(position, e);
+                }
+            }
+        }
+    }
+    if sent.is_empty() {
+        return Ok(());
+    }
+    let count = sent.len();
+    stub.send(&ToStub::Execute { requests: exec })?;
+    let caller = Caller {
+        runtime: shared.runtime.clone(),
+        members: shared.members.clone(),
+        writer: Arc::clone(stub.writer()),
+        host: Arc::clone(&stub.host),
+        model: shared.model.clone(),
+    };
+    let mut executed = false;
+    let mut ended = vec![false; count];
+    let mut told_cancelled = vec![false; count];
+    loop {
+        if executed && ended.iter().all(|e| *e) {
+            return Ok(());
+        }
+        let message = stub.recv(shared.execute_timeout)?;
+        match message {
+            FromStub::Executed { responses, error } => {
+                executed = true;
+                if let Some(error) = error {
+                    let error = error.to_error();
+                    for (i, end) in ended.iter_mut().enumerate().filter(|(_, e)| !**e) {
+                        sink.fail(sent[i], error.clone());
+                        *end = true;
+                    }
+                    continue;
+                }
+                if shared.decoupled {
+                    continue;
+                }
+                let responses = responses.unwrap_or_default();
+                if responses.len() != count {
+                    let error = Error::internal(format!(
+                        "model '{}': execute returned {} responses for {count} requests",
+                        shared.model,
+                        responses.len()
+                    ));
+                    sent.iter().for_each(|p| {
+                        sink.fail(*p, error.clone());
+                    });
+                    return Ok(());
+                }
+                for (i, response) in responses.into_iter().enumerate() {
+                    deliver(shared, stub, sink, sent[i], response);
+                }
+                return Ok(());
+            }
+            FromStub::Response {
+                request,
+                response,
+                flags,
+            } => {
+                let Some(&position) = sent.get(request) else {
+                    return Err(Gone::Garbled(format!("a response to request {request} of {count}")));
+                };
+                if !shared.decoupled {
+                    return Err(Gone::Garbled(
+                        "a response sender's message from a model that is not decoupled".into(),
+                    ));
+                }
+                if ended[request] {
+                    tracing::warn!(model = %shared.model, request, "a response after the final flag is dropped");
+                    continue;
+                }
+                if let Some(response) = response
+                    && !deliver(shared, stub, sink, position, response)
+                {
+                    ended[request] = true;
+                }
+                if flags & FINAL != 0 {
+                    ended[request] = true;
+                }
+                for (i, told) in told_cancelled.iter_mut().enumerate() {
+                    if !*told && !ended[i] && sink.is_cancelled(sent[i]) {
+                        *told = true;
+                        stub.send(&ToStub::Cancelled { request: i })?;
+                    }
+                }
+            }
+            FromStub::Bls(call) => {
+                let inputs: Result<Vec<Tensor>> = call.inputs.iter().map(|d| take(stub, d)).collect();
+                match inputs {
+                    Ok(inputs) => bls::start(&caller, call, inputs),
+                    Err(e) => bls::refuse(&caller, call.call, &e),
+                }
+            }
+            FromStub::Log {
+                level,
+                message,
+                file,
+                line,
+            } => {
+                crate::log::emit(&shared.model, &level, &message, file.as_deref(), line);
+            }
+            FromStub::MetricFamily { .. } | FromStub::Metric { .. } | FromStub::MetricUpdate { .. } => {
+                stub.metrics.apply(&shared.metrics, &shared.model, &message);
+            }
+            other => {
+                return Err(Gone::Garbled(format!("{other:?} during execute")));
+            }
+        }
+    }
+}
+
+/// Request parameters the server itself acts on: Triton's front ends take
+/// them out, so a model never sees them among `parameters()`.
+const SERVER_PARAMETERS: [&str; 7] = [
+    "sequence_id",
+    "sequence_start",
+    "sequence_end",
+    "priority",
+    "timeout",
+    "binary_data_output",
+    "triton_enable_empty_final_response",
+];
+
+/// The stub's view of one request.
+fn exec_request(shared: &Shared, info: Option<&RequestInfo>, inputs: Vec<Descriptor>) -> ExecRequest {
+    let (id, mut parameters, sequence) = match info {
+        Some(info) => (
+            info.id.clone(),
+            parameters_to_json(&info.parameters),
+            info.sequence.as_ref(),
+        ),
+        None => (String::new(), Default::default(), None),
+    };
+    let timeout_us = parameters
+        .get("timeout")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    parameters.retain(|key, _| !SERVER_PARAMETERS.contains(&key.as_str()));
+    let (correlation_id, flags) = match sequence {
+        Some(flags) => {
+            let id = match &flags.id {
+                CorrelationId::Number(n) => serde_json::Value::from(*n),
+                CorrelationId::Text(s) => serde_json::Value::from(s.as_str()),
+            };
+            let bits = (u32::from(flags.start) * SEQUENCE_START) | (u32::from(flags.end) * SEQUENCE_END);
+            (id, bits)
+        }
+        None => (serde_json::Value::from(0), 0),
+    };
+    ExecRequest {
+        id,
+        correlation_id,
+        flags,
+        inputs,
+        requested_outputs: shared.output_names.clone(),
+        parameters,
+        timeout_us,
+    }
+}
+
+/// Sends one response of the request at `position`: its outputs, checked
+/// against the config, or its error. `false` when it ended the request.
+fn deliver(
+    shared: &Shared,
+    stub: &mut Stub,
+    sink: &mut dyn ResponseSink,
+    position: usize,
+    response: WireResponse,
+) -> bool {
+    if let Some(error) = response.error {
+        sink.fail(position, error.to_error());
+        return false;
+    }
+    let outputs: Result<Vec<Tensor>> = response
+        .outputs
+        .iter()
+        .map(|d| take(stub, d).and_then(|t| check_output(shared, t)))
+        .collect();
+    match outputs {
+        Ok(outputs) => {
+            // A client gone away is told to the stub as a cancellation;
+            // the request ends when the model ends it.
+            sink.send(position, outputs);
+            true
+        }
+        Err(e) => {
+            sink.fail(position, e);
+            false
+        }
+    }
+}
+
+/// A tensor from the stub's pool, without a copy.
+fn take(stub: &mut Stub, descriptor: &Descriptor) -> Result<Tensor> {
+    let datatype = DataType::from_wire(&descriptor.datatype).ok_or_else(|| {
+        Error::internal(format!(
+            "tensor '{}' has an unknown datatype '{}'",
+            descriptor.name, descriptor.datatype
+        ))
+    })?;
+    let data: Bytes = stub.stub_pool.lock().take(descriptor)?;
+    let tensor = Tensor::new(descriptor.name.clone(), datatype, descriptor.shape.clone(), data);
+    tensor.check_data_size()?;
+    Ok(tensor)
+}
+
+/// An output as the config declares it: a known name and a shape its dims
+/// allow (after the batch dimension, for a batching model). Its datatype
+/// may differ, as in Triton.
+fn check_output(shared: &Shared, tensor: Tensor) -> Result<Tensor> {
+    let model = &shared.model;
+    let Some((datatype, dims)) = shared.outputs.get(&tensor.name) else {
+        return Err(Error::internal(format!(
+            "model '{model}' returned output '{}', which its config does not declare",
+            tensor.name
+        )));
+    };
+    if tensor.datatype != *datatype && shared.mistyped.lock().insert(tensor.name.clone()) {
+        // Triton passes such an output on as the model made it, and
+        // Triton's own examples rely on it (bls_decoupled returns int64
+        // for a TYPE_INT32 output): so does this backend, saying so once.
+        tracing::warn!(
+            model = %model,
+            output = %tensor.name,
+            "the model returns {} for an output its config declares {}; it is sent as the model made it",
+            tensor.datatype,
+            datatype
+        );
+    }
+    let shape = match shared.batching {
+        true => tensor.shape.get(1..).unwrap_or(&[]),
+        false => &tensor.shape[..],
+    };
+    let fits = shape.len() == dims.len() && shape.iter().zip(dims).all(|(s, d)| *d < 0 || s == d);
+    if !fits || (shared.batching && tensor.shape.is_empty()) {
+        return Err(Error::internal(format!(
+            "model '{model}' returned output '{}' of shape {:?}, but its config says {:?}{}",
+            tensor.name,
+            tensor.shape,
+            dims,
+            if shared.batching {
+                " after the batch dimension"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(tensor)
+}

@@ -1,0 +1,301 @@
+//! One stub process: started with its end of a socket pair as fd 3, read
+//! with a deadline, killed (never left behind) when it is done with.
+
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nereid_core::error::{Error, Result};
+use parking_lot::Mutex;
+
+use crate::metrics::StubMetrics;
+use crate::protocol::{self, FromStub, ToStub};
+use crate::shm::{self, HostPool, PoolSize, StubPool};
+
+/// The fd the stub finds its socket on (`NEREID_STUB_FD`).
+const STUB_FD: i32 = 3;
+
+/// How a stub is started.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The interpreter.
+    pub python: PathBuf,
+    /// The folder holding `nereid_stub.py` and `triton_python_backend_utils.py`.
+    pub stub_dir: PathBuf,
+    pub pool: PoolSize,
+}
+
+/// The writing end of a stub's socket, shared with the tasks that answer
+/// its calls: one lock around each whole frame.
+pub type Writer = Arc<Mutex<UnixStream>>;
+
+/// A running stub.
+pub struct Stub {
+    child: Child,
+    /// The last lines it wrote to stderr (which go on to the server's).
+    stderr: StderrTail,
+    reader: UnixStream,
+    writer: Writer,
+    /// Its segments' file prefix (unique per stub, so a restarted stub
+    /// never meets its predecessor's files).
+    prefix: String,
+    pub host: Arc<Mutex<HostPool>>,
+    pub stub_pool: Arc<Mutex<StubPool>>,
+    /// Its custom metrics, by its own numbers.
+    pub metrics: StubMetrics,
+}
+
+/// How a read from the stub failed.
+#[derive(Debug)]
+pub enum Gone {
+    /// It exited (or closed its socket): how, when known.
+    Exited(String),
+    /// It said nothing for the whole deadline.
+    Silent(Duration),
+    /// It sent something that is not a message of the protocol.
+    Garbled(String),
+}
+
+impl Gone {
+    pub fn describe(&self) -> String {
+        match self {
+            Gone::Exited(how) => format!("the Python stub {how}"),
+            Gone::Silent(waited) => format!("the Python stub sent nothing for {} s", waited.as_secs_f32()),
+            Gone::Garbled(what) => format!("the Python stub broke the protocol: {what}"),
+        }
+    }
+}
+
+static STUBS: AtomicU64 = AtomicU64::new(0);
+
+impl Stub {
+    /// Starts a stub for `model`.
+    pub fn spawn(launch: &Launch, model: &str) -> Result<Stub> {
+        let prefix = format!(
+            "nereid_{}_{}_",
+            std::process::id(),
+            STUBS.fetch_add(1, Ordering::Relaxed)
+        );
+        let (ours, theirs) =
+            UnixStream::pair().map_err(|e| Error::unavailable(format!("failed to make the stub's socket: {e}")))?;
+        let their_fd = theirs.as_raw_fd();
+        let mut command = Command::new(&launch.python);
+        command
+            .arg(launch.stub_dir.join("nereid_stub.py"))
+            .env("PYTHONPATH", python_path(&launch.stub_dir))
+            .env("NEREID_STUB_FD", STUB_FD.to_string())
+            .env("NEREID_MODEL", model)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped());
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || {
+                // The stub dies with the server, whatever kills the server.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if their_fd == STUB_FD {
+                    // Already there: only its close-on-exec flag must go.
+                    if libc::fcntl(STUB_FD, libc::F_SETFD, 0) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                } else if libc::dup2(their_fd, STUB_FD) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::unavailable(format!(
+                "the Python interpreter '{}' was not found: Python models need python3 with numpy on the PATH, \
+                 or EXECUTION_ENV_PATH",
+                launch.python.display()
+            )),
+            _ => Error::unavailable(format!("failed to start '{}': {e}", launch.python.display())),
+        })?;
+        drop(theirs);
+        let mut child = child;
+        let stderr = StderrTail::follow(child.stderr.take());
+        let writer = ours
+            .try_clone()
+            .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))?;
+        Ok(Stub {
+            child,
+            stderr,
+            reader: ours,
+            writer: Arc::new(Mutex::new(writer)),
+            host: Arc::new(Mutex::new(HostPool::new(&prefix, launch.pool))),
+            stub_pool: Arc::new(Mutex::new(StubPool::new(&prefix))),
+            metrics: StubMetrics::default(),
+            prefix,
+        })
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
+    /// Sends one message.
+    pub fn send(&self, message: &ToStub) -> std::result::Result<(), Gone> {
+        send(&self.writer, message).map_err(|e| Gone::Exited(format!("could not be written to ({e})")))
+    }
+
+    /// The next message, waiting at most `deadline`.
+    pub fn recv(&mut self, deadline: Duration) -> std::result::Result<FromStub, Gone> {
+        let started = Instant::now();
+        // A zero timeout means "none" to the socket.
+        let _ = self
+            .reader
+            .set_read_timeout(Some(deadline.max(Duration::from_millis(1))));
+        match protocol::read_frame(&mut self.reader) {
+            Ok(Some(message)) => Ok(message),
+            Ok(None) => Err(Gone::Exited(self.exit_status())),
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err(Gone::Silent(started.elapsed()))
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(Gone::Garbled(e.to_string())),
+            Err(_) => Err(Gone::Exited(self.exit_status())),
+        }
+    }
+
+    /// How the process ended, waiting a moment for it: its socket closes
+    /// as it exits.
+    fn exit_status(&mut self) -> String {
+        let until = Instant::now() + Duration::from_secs(2);
+        let how = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break describe_exit(status),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+                _ => break "closed its socket".to_string(),
+            }
+        };
+        match self.stderr.last_lines() {
+            Some(lines) => format!("{how}; its last words: {lines}"),
+            None => how,
+        }
+    }
+
+    /// Asks the stub to finalize and exit, waiting at most `deadline`,
+    /// then makes sure it is gone.
+    pub fn finalize(mut self, deadline: Duration) {
+        if self.send(&ToStub::Finalize).is_ok() {
+            let until = Instant::now() + deadline;
+            while let Some(left) = until.checked_duration_since(Instant::now()) {
+                match self.recv(left) {
+                    Ok(FromStub::Finalized) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        }
+        // Drop kills what is left.
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        let _ = self.reader.shutdown(std::net::Shutdown::Both);
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        shm::remove_files(&self.prefix);
+    }
+}
+
+/// The tail of a stub's stderr: every line is passed on to the server's
+/// stderr as it comes, and the last few are kept to say why it died (a
+/// missing numpy, an interpreter that cannot start).
+#[derive(Clone, Default)]
+struct StderrTail(Arc<Mutex<std::collections::VecDeque<String>>>);
+
+impl StderrTail {
+    /// Lines kept, and the longest kept line.
+    const LINES: usize = 4;
+    const LINE_BYTES: usize = 500;
+
+    fn follow(stderr: Option<std::process::ChildStderr>) -> Self {
+        let tail = StderrTail::default();
+        let Some(stderr) = stderr else {
+            return tail;
+        };
+        let kept = tail.clone();
+        let spawned = std::thread::Builder::new().name("python-stderr".into()).spawn(move || {
+            use std::io::BufRead;
+            let mut reader = io::BufReader::new(stderr);
+            let mut line = Vec::new();
+            // Ends when the stub exits (its end of the pipe closes). A
+            // line without an end is passed on in pieces.
+            while io::Read::take(&mut reader, 64 << 10)
+                .read_until(b'\n', &mut line)
+                .is_ok_and(|n| n > 0)
+            {
+                let _ = io::stderr().write_all(&line);
+                let text = String::from_utf8_lossy(&line[..line.len().min(Self::LINE_BYTES)]);
+                let mut lines = kept.0.lock();
+                if lines.len() == Self::LINES {
+                    lines.pop_front();
+                }
+                lines.push_back(text.trim_end().to_string());
+                line.clear();
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "the Python stub's stderr cannot be followed");
+        }
+        tail
+    }
+
+    fn last_lines(&self) -> Option<String> {
+        let lines = self.0.lock();
+        (!lines.is_empty()).then(|| lines.iter().cloned().collect::<Vec<_>>().join(" | "))
+    }
+}
+
+/// Writes one frame through a shared writer.
+pub fn send(writer: &Writer, message: &ToStub) -> io::Result<()> {
+    let mut stream = writer.lock();
+    protocol::write_frame(&mut *stream, message)?;
+    stream.flush()
+}
+
+fn describe_exit(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal} ({})", signal_name(signal)),
+        _ => "exited".to_string(),
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        _ => "a signal",
+    }
+}
+
+/// The stub's folder first, then whatever the server was given.
+fn python_path(stub_dir: &Path) -> std::ffi::OsString {
+    let mut path = stub_dir.as_os_str().to_owned();
+    if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(existing);
+    }
+    path
+}
