@@ -15,6 +15,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -253,6 +254,9 @@ class NereidServer:
     def start(self) -> "NereidServer":
         cmd = self.command()
         env = dict(os.environ)
+        # Python models run on the test's interpreter (numpy is there), as
+        # they would with its virtual environment activated.
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env.update(self.env)
         env.setdefault("NO_COLOR", "1")
         ort = ensure_ort_dylib_env()

@@ -1,0 +1,453 @@
+"""The Python backend: Triton model.py models, each instance in its own
+Python process, through tritonclient over HTTP and gRPC.
+
+The models are examples/python_models (Triton's example models, written
+for this repository) and tests/python_models (the request API, and models
+that misbehave on purpose). Every failure must be a clear error for the
+request or the model concerned, and nothing else may notice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+import helpers
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "python_models"
+TEST_MODELS = Path(__file__).resolve().parent / "python_models"
+BROKEN = ("init_raises", "syntax_error", "no_class")
+
+IDENTITY_INT32 = """name: "identity_int32"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+
+def _repository(tmp_path_factory, name: str) -> Path:
+    repo = tmp_path_factory.mktemp(name) / "models"
+    shutil.copytree(EXAMPLES, repo)
+    for model in TEST_MODELS.iterdir():
+        shutil.copytree(model, repo / model.name)
+    # A built-in model for the BLS calls to reach beside the Python ones.
+    (repo / "identity_int32" / "1").mkdir(parents=True)
+    (repo / "identity_int32" / "config.pbtxt").write_text(IDENTITY_INT32)
+    return repo
+
+
+def _start(tmp_path_factory, name: str, repo: Path, args: list[str], env: dict | None = None) -> helpers.NereidServer:
+    log_dir = tmp_path_factory.mktemp("logs", numbered=True)
+    return helpers.NereidServer(
+        [repo],
+        ["--model-control-mode", "none", "--exit-timeout-secs", "10", *args],
+        log_path=log_dir / f"{name}.log",
+        env=env,
+    ).start()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = _start(
+        tmp_path_factory,
+        "python",
+        _repository(tmp_path_factory, "python"),
+        ["--backend-config=python,execute-timeout-seconds=3", "--backend-config=python,shm-limit-byte-size=33554432"],
+    )
+    yield srv
+    srv.stop_and_check()
+
+
+def _http(server):
+    return httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+
+
+def _grpc(server):
+    return grpcclient.InferenceServerClient(server.grpc_url)
+
+
+def _inputs(module, spec):
+    """[(name, array)] -> the client module's InferInputs."""
+    made = []
+    for name, array in spec:
+        datatype = np_to_triton_dtype(array.dtype)
+        tensor = module.InferInput(name, list(array.shape), datatype)
+        tensor.set_data_from_numpy(array)
+        made.append(tensor)
+    return made
+
+
+def _add_sub_inputs(module):
+    a = np.array([1, 2, 3, 4], dtype=np.float32)
+    b = np.array([10, 20, 30, 40], dtype=np.float32)
+    return a, b, _inputs(module, [("INPUT0", a), ("INPUT1", b)])
+
+
+def _action(module, action: str):
+    return _inputs(module, [("ACTION", np.array([action.encode()], dtype=np.object_))])
+
+
+# ---------------------------------------------------------------------------
+# The API
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_add_sub_answers_over_both_protocols(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = _http(server) if protocol == "http" else _grpc(server)
+    a, b, inputs = _add_sub_inputs(module)
+    result = client.infer("add_sub", inputs, request_id="r1")
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_request_reads_its_metadata_and_initialize_its_args(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = _http(server) if protocol == "http" else _grpc(server)
+    data = np.arange(6, dtype=np.float32)
+    result = client.infer(
+        "inspect",
+        _inputs(module, [("INPUT0", data)]),
+        request_id="req-7",
+        parameters={"temperature": "hot", "count": 3, "flag": True},
+    )
+    seen = json.loads(result.as_numpy("REQUEST")[0])
+    assert seen["id"] == "req-7"
+    assert seen["parameters"] == {"temperature": "hot", "count": 3, "flag": True}
+    assert seen["requested"] == ["ARGS", "ECHO", "REQUEST"]
+    assert seen["inputs"] == ["INPUT0"]
+    assert (seen["is_cpu"], seen["cancelled"], seen["shape"]) == (True, False, [6])
+    assert (seen["correlation_id"], seen["flags"]) == (0, 0)
+    np.testing.assert_array_equal(result.as_numpy("ECHO"), data)
+    args = json.loads(result.as_numpy("ARGS")[0])
+    assert args["model_name"] == "inspect"
+    assert (args["model_version"], args["model_instance_kind"], args["model_instance_device_id"]) == ("1", "CPU", "0")
+    assert args["model_instance_name"].startswith("inspect_")
+    assert Path(args["model_repository"]).name == "inspect"
+    assert json.loads(args["model_config"])["name"] == "inspect"
+    assert (args["greeting"], args["input_dims"]) == ("hello", [-1])
+    # Logger lines reach the server's log, with the model's name.
+    deadline = time.monotonic() + 10
+    while "inspect saw request 'req-7'" not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "inspect saw request 'req-7'" in server.output()
+    assert "inspect initialized as inspect_" in server.output()
+
+
+def test_dynamic_batching_hands_execute_a_batch(server):
+    results = queue.Queue()
+
+    def send(i):
+        # A client each: one client sends one request at a time.
+        inputs = _inputs(httpclient, [("INPUT0", np.array([[i]], dtype=np.int32))])
+        results.put((i, _http(server).infer("batcher", inputs)))
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    answers = [results.get_nowait() for _ in range(4)]
+    for i, result in answers:
+        assert result.as_numpy("OUTPUT0").tolist() == [[2 * i]]
+        # The preferred batch of 4 forms only when all four are queued.
+        assert result.as_numpy("BATCH").tolist() == [[4]]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_sequence_model_sees_its_correlation_id_and_flags(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = _http(server) if protocol == "http" else _grpc(server)
+    totals, flags = [], []
+    for i, value in enumerate([3, 4, 5]):
+        result = client.infer(
+            "counter_sequence",
+            _inputs(module, [("INPUT0", np.array([value], dtype=np.int32))]),
+            sequence_id=42 if protocol == "http" else 43,
+            sequence_start=i == 0,
+            sequence_end=i == 2,
+        )
+        totals.append(int(result.as_numpy("TOTAL")[0]))
+        flags.append(int(result.as_numpy("FLAGS")[0]))
+    assert totals == [3, 7, 12]
+    assert flags == [1, 0, 2]
+
+
+def test_a_decoupled_model_streams_over_grpc_and_generate_stream(server):
+    client = _grpc(server)
+    responses = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        inputs = _inputs(
+            grpcclient,
+            [
+                ("IN", np.array([4, 5, 6], dtype=np.int32)),
+                ("DELAY", np.array([1, 1, 1], dtype=np.uint32)),
+                ("WAIT", np.array([1], dtype=np.uint32)),
+            ],
+        )
+        client.async_stream_infer("repeat_int32", inputs, request_id="s", enable_empty_final_response=True)
+        seen = []
+        while True:
+            result, error = responses.get(timeout=30)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+            seen.append((int(result.as_numpy("OUT")[0]), int(result.as_numpy("IDX")[0])))
+        assert seen == [(4, 0), (5, 1), (6, 2)]
+    finally:
+        client.stop_stream()
+    resp = requests.post(
+        f"{server.base_url}/v2/models/repeat_int32/generate_stream",
+        json={"IN": [7, 8], "DELAY": [0, 0], "WAIT": [0]},
+        stream=True,
+        timeout=30,
+    )
+    assert resp.status_code == 200, resp.text
+    events = [json.loads(line[len("data: "):]) for line in resp.iter_lines(decode_unicode=True) if line]
+    assert [(e["OUT"], e["IDX"]) for e in events] == [(7, 0), (8, 1)]
+
+
+def test_business_logic_scripting_calls_python_builtin_and_missing_models(server):
+    client = _http(server)
+    a, b, _ = _add_sub_inputs(httpclient)
+    for model in ("bls_sync", "bls_async"):
+        for target, expected in (("add_sub", (a + b, a - b)), ("identity_int32", (a, b))):
+            inputs = _inputs(
+                httpclient,
+                [("MODEL_NAME", np.array([target.encode()], dtype=np.object_)), ("INPUT0", a), ("INPUT1", b)],
+            )
+            result = client.infer(model, inputs)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), expected[0])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), expected[1])
+        # A call to a model that is not there comes back as an error response.
+        inputs = _inputs(
+            httpclient, [("MODEL_NAME", np.array([b"no_such_model"], dtype=np.object_)), ("INPUT0", a), ("INPUT1", b)]
+        )
+        with pytest.raises(InferenceServerException, match="no_such_model"):
+            client.infer(model, inputs)
+
+
+def test_decoupled_business_logic_scripting_streams_both_ways(server):
+    # bls_decoupled_sync streams square_int32's answers as running sums.
+    client = _grpc(server)
+    responses = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer(
+            "bls_decoupled_sync", _inputs(grpcclient, [("IN", np.array([3], dtype=np.int32))]), enable_empty_final_response=True
+        )
+        sums = []
+        while True:
+            result, error = responses.get(timeout=30)
+            assert error is None, error
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                break
+            sums.append(int(result.as_numpy("SUM")[0]))
+        assert sums == [3, 6, 9]
+    finally:
+        client.stop_stream()
+    # bls_decoupled_async adds up two concurrent streams: 2*2 + 3*3.
+    result = _http(server).infer("bls_decoupled_async", _inputs(httpclient, [("IN", np.array([2, 3], dtype=np.int32))]))
+    assert int(result.as_numpy("SUM")[0]) == 13
+
+
+def test_auto_complete_config_fills_in_the_model(server):
+    config = _http(server).get_model_config("auto_complete_batch")
+    assert config["max_batch_size"] == 8
+    assert [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
+    assert [o["name"] for o in config["output"]] == ["OUTPUT0"]
+    assert "dynamic_batching" in config
+    a = np.ones((2, 4), dtype=np.float32) * 3
+    result = _http(server).infer("auto_complete_batch", _inputs(httpclient, [("INPUT0", a), ("INPUT1", a)]))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * a)
+
+
+def test_custom_metrics_are_exported_beside_the_servers(server):
+    client = _http(server)
+    for values in ([1.0, 2.0], [50.0, 0.5, 0.5]):
+        client.infer("custom_metrics", _inputs(httpclient, [("INPUT0", np.array(values, dtype=np.float32))]))
+    text = requests.get(server.metrics_url, timeout=10).text
+    labels = 'model="custom_metrics",version="1"'
+    assert f"custom_requests_total{{{labels}}} 2" in text, text
+    assert f"custom_last_input_size{{{labels}}} 3" in text
+    assert f'custom_input_sum_bucket{{{labels},le="10"}} 1' in text
+    assert f'custom_input_sum_bucket{{{labels},le="100"}} 2' in text
+    assert "nv_inference_request_success" in text
+
+
+# ---------------------------------------------------------------------------
+# Bad models, bad answers, dying stubs
+# ---------------------------------------------------------------------------
+
+
+def test_models_that_cannot_start_are_unavailable_with_the_reason(server):
+    index = helpers.repository_index(server)
+    expected = {
+        "init_raises": ["RuntimeError", "the weights file is missing"],
+        "syntax_error": ["SyntaxError"],
+        "no_class": ["TritonPythonModel"],
+    }
+    for model, words in expected.items():
+        entry = index[model]
+        assert entry["state"] == "UNAVAILABLE", entry
+        for word in words:
+            assert word in entry["reason"], entry
+    # The others serve.
+    assert index["add_sub"]["state"] == "READY"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bad_answers_fail_their_request_clearly(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    client = _http(server) if protocol == "http" else _grpc(server)
+
+    def mode(m):
+        return _inputs(module, [("MODE", np.array([m.encode()], dtype=np.object_))])
+
+    expected = {
+        "count": "returned 2 responses for 1 request",
+        "shape": "output 'OUTPUT0' of shape [3]",
+        "name": "output 'OTHER', which its config does not declare",
+        "error": "the input is not a cat",
+    }
+    for m, words in expected.items():
+        with pytest.raises(InferenceServerException) as failed:
+            client.infer("wrong_outputs", mode(m))
+        assert words in failed.value.message(), (m, failed.value.message())
+    with pytest.raises(InferenceServerException) as failed:
+        client.infer("faulty", _action(module, "raise"))
+    assert "ValueError" in failed.value.message() and "asked to raise" in failed.value.message()
+    # The model goes on.
+    assert client.infer("wrong_outputs", mode("ok")).as_numpy("OUTPUT0").tolist() == [1.0, 1.0]
+
+
+def test_a_send_after_the_final_flag_is_refused(server):
+    client = _grpc(server)
+    responses = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    try:
+        client.async_stream_infer("after_final", _inputs(grpcclient, [("IN", np.array([5], dtype=np.int32))]))
+        result, error = responses.get(timeout=30)
+        assert error is None and int(result.as_numpy("OUT")[0]) == 5
+    finally:
+        client.stop_stream()
+    deadline = time.monotonic() + 10
+    while "after_final refused" not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "after_final refused" in server.output()
+    assert "final" in server.output().split("after_final refused", 1)[1].splitlines()[0]
+
+
+def _stub_pid(client, module) -> int:
+    return int(client.infer("faulty", _action(module, "pid")).as_numpy("PID")[0])
+
+
+@pytest.mark.parametrize("action", ["exit", "segfault", "kill", "sleep"])
+def test_a_dying_or_hanging_stub_fails_its_request_and_is_replaced(server, action):
+    client = _http(server)
+    before = _stub_pid(client, httpclient)
+    others = queue.Queue()
+    stop = threading.Event()
+
+    def keep_asking():
+        # Another Python model, served all along.
+        other = _http(server)
+        a, b, inputs = _add_sub_inputs(httpclient)
+        while not stop.is_set():
+            try:
+                np.testing.assert_array_equal(other.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + b)
+                others.put(True)
+            except Exception as e:  # noqa: BLE001 - recorded and asserted on below
+                others.put(e)
+            time.sleep(0.01)
+
+    asker = threading.Thread(target=keep_asking)
+    asker.start()
+    try:
+        if action == "kill":
+            # Killed from outside while it executes (it sleeps a minute).
+            failure = queue.Queue()
+
+            def sleeper():
+                try:
+                    client2 = _http(server)
+                    client2.infer("faulty", _action(httpclient, "sleep"))
+                    failure.put(None)
+                except InferenceServerException as e:
+                    failure.put(e)
+
+            t = threading.Thread(target=sleeper)
+            t.start()
+            time.sleep(0.5)
+            os.kill(before, signal.SIGKILL)
+            t.join(30)
+            error = failure.get_nowait()
+            assert error is not None
+            words = ["killed by signal 9", "restarting"]
+        else:
+            with pytest.raises(InferenceServerException) as failed:
+                client.infer("faulty", _action(httpclient, action))
+            error = failed.value
+            words = {
+                "exit": ["exited with status 3", "restarting"],
+                "segfault": ["signal 11", "SIGSEGV"],
+                "sleep": ["sent nothing for", "restarting"],
+            }[action]
+        for word in words:
+            assert word in error.message(), error.message()
+        # The next request gets a new stub.
+        after = _stub_pid(client, httpclient)
+        assert after != before
+    finally:
+        stop.set()
+        asker.join(30)
+    answers = [others.get_nowait() for _ in range(others.qsize())]
+    assert answers and all(a is True for a in answers), [a for a in answers if a is not True][:3]
+
+
+def test_a_tensor_past_the_shared_memory_limit_fails_clearly(server):
+    client = _http(server)
+    with pytest.raises(InferenceServerException) as failed:
+        client.infer("faulty", _action(httpclient, "big"))
+    # 64 MiB of output against a 32 MiB pool.
+    assert "shm-limit-byte-size" in failed.value.message(), failed.value.message()
+    _stub_pid(client, httpclient)
+    big = np.zeros(40 << 20, dtype=np.uint8).view(np.float32)
+    with pytest.raises(InferenceServerException) as failed:
+        client.infer("identity_fp32", _inputs(httpclient, [("INPUT0", big.reshape(1, -1))]))
+    assert "shm-limit-byte-size" in failed.value.message(), failed.value.message()
+    small = np.arange(16, dtype=np.float32).reshape(1, -1)
+    np.testing.assert_array_equal(client.infer("identity_fp32", _inputs(httpclient, [("INPUT0", small)])).as_numpy("OUTPUT0"), small)
+
+
+def test_without_python_the_server_starts_and_python_models_say_why(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("nopython") / "models"
+    shutil.copytree(EXAMPLES / "add_sub", repo / "add_sub")
+    (repo / "identity_int32" / "1").mkdir(parents=True)
+    (repo / "identity_int32" / "config.pbtxt").write_text(IDENTITY_INT32)
+    srv = _start(tmp_path_factory, "nopython", repo, [], env={"PATH": "/nonexistent"})
+    try:
+        entry = helpers.repository_index(srv)["add_sub"]
+        assert entry["state"] == "UNAVAILABLE"
+        assert "python3" in entry["reason"] and "was not found" in entry["reason"], entry
+        assert helpers.repository_index(srv)["identity_int32"]["state"] == "READY"
+    finally:
+        srv.stop_and_check()
