@@ -423,6 +423,24 @@ def test_a_dying_or_hanging_stub_fails_its_request_and_is_replaced(server, actio
     assert answers and all(a is True for a in answers), [a for a in answers if a is not True][:3]
 
 
+def test_a_stub_killed_while_idle_is_replaced_before_the_next_request(server):
+    client = _http(server)
+    before = _stub_pid(client, httpclient)
+    os.kill(before, signal.SIGKILL)
+    def dead():
+        # Gone, or a zombie until the server reaps it.
+        try:
+            return Path(f"/proc/{before}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    deadline = time.monotonic() + 10
+    while not dead() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # Nothing was running on it: the next request simply goes to a new stub.
+    assert _stub_pid(client, httpclient) != before
+
+
 def test_a_tensor_past_the_shared_memory_limit_fails_clearly(server):
     client = _http(server)
     with pytest.raises(InferenceServerException) as failed:
@@ -449,5 +467,44 @@ def test_without_python_the_server_starts_and_python_models_say_why(tmp_path_fac
         assert entry["state"] == "UNAVAILABLE"
         assert "python3" in entry["reason"] and "was not found" in entry["reason"], entry
         assert helpers.repository_index(srv)["identity_int32"]["state"] == "READY"
+    finally:
+        srv.stop_and_check()
+
+
+def test_execution_env_path_names_the_interpreter_as_a_folder_or_a_packed_one(tmp_path_factory):
+    """EXECUTION_ENV_PATH: an environment folder (here with Triton's
+    $$TRITON_MODEL_DIRECTORY), or a .tar.gz of one, unpacked once."""
+    import sys
+    import tarfile
+
+    repo = tmp_path_factory.mktemp("envs") / "models"
+    venv = Path(sys.executable).parent.parent
+    for model, packed in (("env_folder", False), ("env_packed", True)):
+        shutil.copytree(EXAMPLES / "add_sub", repo / model)
+        # A small environment: this test's interpreter and its packages.
+        env = repo / model / "env"
+        (env / "bin").mkdir(parents=True)
+        (env / "bin" / "python3").symlink_to(Path(sys.executable))
+        (env / "lib").symlink_to(venv / "lib")
+        shutil.copy(venv / "pyvenv.cfg", env / "pyvenv.cfg")
+        where = "$$TRITON_MODEL_DIRECTORY/env"
+        if packed:
+            with tarfile.open(repo / model / "env.tar.gz", "w:gz") as tar:
+                for item in env.iterdir():
+                    tar.add(item, arcname=item.name)
+            shutil.rmtree(env)
+            where = str(repo / model / "env.tar.gz")
+        config = (repo / model / "config.pbtxt").read_text().replace('name: "add_sub"', f'name: "{model}"')
+        config += f'parameters [ {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{where}" }} }} ]\n'
+        (repo / model / "config.pbtxt").write_text(config)
+    # The system's python3 first on the PATH (without numpy, where it is
+    # there at all): only the named environments can run the models. tar
+    # unpacks the packed one.
+    srv = _start(tmp_path_factory, "envs", repo, [], env={"PATH": "/usr/bin:/bin"})
+    try:
+        client = _http(srv)
+        a, b, inputs = _add_sub_inputs(httpclient)
+        for model in ("env_folder", "env_packed"):
+            np.testing.assert_array_equal(client.infer(model, inputs).as_numpy("OUTPUT0"), a + b)
     finally:
         srv.stop_and_check()

@@ -83,7 +83,9 @@ pub async fn run(args: PerfArgs) -> anyhow::Result<Vec<LevelResult>> {
         max_trials: args.max_trials as usize,
         server_cpu: args
             .server_pid
-            .map(|pid| crate::process_cpu::ProcessCpu::of(pid).with_context(|| format!("reading /proc/{pid}/stat")))
+            .map(|pid| {
+                crate::process_cpu::ProcessCpu::tree_of(pid).with_context(|| format!("reading /proc/{pid}/stat"))
+            })
             .transpose()?,
     };
     let levels: Vec<Level> = match &args.request_rate_range {

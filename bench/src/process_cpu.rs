@@ -14,10 +14,14 @@ use std::time::Duration;
 /// here (x86-64, arm64), whatever the kernel's own HZ.
 const TICKS_PER_SECOND: u64 = 100;
 
-/// A process whose user plus system time (all its threads) can be read.
+/// A process whose user plus system time (all its threads) can be read,
+/// with its descendants' when asked: a server whose work runs in child
+/// processes (a Python model's stubs) spends that CPU on its requests too.
 #[derive(Debug, Clone)]
 pub struct ProcessCpu {
     path: PathBuf,
+    /// Count every live descendant too (`None`: the process alone).
+    tree_root: Option<u32>,
 }
 
 impl ProcessCpu {
@@ -26,28 +30,84 @@ impl ProcessCpu {
         Self::at(format!("/proc/{pid}/stat"))
     }
 
+    /// Another process and every process below it, as they are at each
+    /// reading (a descendant that exited meanwhile is no longer counted).
+    pub fn tree_of(pid: u32) -> io::Result<Self> {
+        let mut cpu = Self::of(pid)?;
+        cpu.tree_root = Some(pid);
+        Ok(cpu)
+    }
+
     /// This process.
     pub fn current() -> io::Result<Self> {
         Self::at("/proc/self/stat".into())
     }
 
     fn at(path: String) -> io::Result<Self> {
-        let cpu = ProcessCpu { path: path.into() };
+        let cpu = ProcessCpu {
+            path: path.into(),
+            tree_root: None,
+        };
         cpu.used()?;
         Ok(cpu)
     }
 
     /// User plus system time so far; an error once the process is gone.
     pub fn used(&self) -> io::Result<Duration> {
-        let text = std::fs::read_to_string(&self.path)?;
-        let ticks = parse_ticks(&text).ok_or_else(|| {
+        let own = self.ticks_of(&std::fs::read_to_string(&self.path)?)?;
+        let below = match self.tree_root {
+            Some(root) => descendants_ticks(root),
+            None => 0,
+        };
+        Ok(Duration::from_micros((own + below) * (1_000_000 / TICKS_PER_SECOND)))
+    }
+
+    fn ticks_of(&self, text: &str) -> io::Result<u64> {
+        parse_ticks(text).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: no CPU times in {text:?}", self.path.display()),
             )
-        })?;
-        Ok(Duration::from_micros(ticks * (1_000_000 / TICKS_PER_SECOND)))
+        })
     }
+}
+
+/// The ticks of every live descendant of `root` (not `root` itself), from
+/// one pass over `/proc`.
+fn descendants_ticks(root: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut children: std::collections::HashMap<u32, Vec<(u32, u64)>> = std::collections::HashMap::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if let (Some(parent), Some(ticks)) = (parse_parent(&stat), parse_ticks(&stat)) {
+            children.entry(parent).or_default().push((pid, ticks));
+        }
+    }
+    let mut total = 0;
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        for (child, ticks) in children.get(&pid).into_iter().flatten() {
+            total += ticks;
+            todo.push(*child);
+        }
+    }
+    total
+}
+
+/// The parent pid from a stat line: the second field after the command.
+fn parse_parent(stat: &str) -> Option<u32> {
+    stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// utime + stime from a stat line. The command name (field 2) is in
@@ -72,6 +132,7 @@ mod tests {
         assert_eq!(parse_ticks(stat), Some(250 + 75));
         assert_eq!(parse_ticks("4242 (short) S 1"), None);
         assert_eq!(parse_ticks("no parenthesis"), None);
+        assert_eq!(parse_parent(stat), Some(1));
     }
 
     #[test]

@@ -143,6 +143,10 @@ impl PythonInstance {
 
     /// The running stub, or a new one once the back-off has passed.
     fn stub(&mut self) -> Result<&mut Stub> {
+        if self.stub.as_mut().is_some_and(Stub::has_exited) {
+            tracing::warn!(model = %self.shared.model, instance = %self.name, "the Python stub exited while idle");
+            self.stub = None;
+        }
         if self.stub.is_none() {
             if let Some(at) = self.failed_at {
                 let backoff = Duration::from_millis(100)

@@ -138,6 +138,12 @@ impl Stub {
         })
     }
 
+    /// Whether the process has ended (killed while idle, say): the next
+    /// batch then goes to a new stub instead of failing on this one.
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn prefix(&self) -> &str {
         &self.prefix
     }

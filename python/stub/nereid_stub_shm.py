@@ -25,6 +25,8 @@ _HEADER = 16
 _LIVE, _FREED, _WRAP = 1, 2, 3
 
 _u32 = struct.Struct("<I")
+# One encoder for every frame: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 _header = struct.Struct("<IIQ")
 
 # KServe datatype name -> numpy dtype (little-endian); BYTES is handled apart.
@@ -115,7 +117,7 @@ class Channel:
     # -- writing
 
     def send(self, obj):
-        data = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        data = _encode(obj).encode("utf-8")
         if len(data) > MAX_FRAME:
             raise ValueError(
                 "a %r message of %d bytes is over the protocol's 64 MiB frame limit"
@@ -557,9 +559,13 @@ def write_tensor(pool, name, array, datatype):
         return {"name": name, "datatype": datatype, "shape": shape, "seg": -1, "off": 0, "len": 0}
     seg, off, mm = pool.alloc(n)
     try:
-        dst = np.frombuffer(mm, dtype=dtype, count=array.size, offset=off)
-        np.copyto(dst.reshape(array.shape), array, casting="unsafe")
-        del dst
+        if array.dtype == dtype and array.flags.c_contiguous:
+            # The common case: one copy, straight from the array's buffer.
+            mm[off : off + n] = array.data.cast("B")
+        else:
+            dst = np.frombuffer(mm, dtype=dtype, count=array.size, offset=off)
+            np.copyto(dst.reshape(array.shape), array, casting="unsafe")
+            del dst
     except BaseException:
         pool.release(seg, off)
         raise

@@ -386,14 +386,16 @@ class InferenceRequest:
     ):
         if not model_name:
             raise TritonModelException("InferenceRequest needs a model_name")
-        self._model_name = str(model_name)
+        # Triton's binding takes bytes for a str (models pass a BYTES
+        # input's element straight through).
+        self._model_name = _text(model_name)
         self._model_version = int(model_version)
         self._inputs = list(inputs or [])
         for t in self._inputs:
             if not isinstance(t, Tensor):
                 raise TritonModelException("InferenceRequest inputs must be pb_utils.Tensor objects")
         self._requested = [str(n) for n in (requested_output_names or [])]
-        self._id = str(request_id or "")
+        self._id = _text(request_id or "")
         self._correlation_id = correlation_id if isinstance(correlation_id, str) else int(correlation_id)
         self._flags = int(flags)
         self._timeout = int(timeout)
@@ -893,3 +895,10 @@ class ModelConfig:
 
     def add_output(self, output):
         self._add("output", output)
+
+
+def _text(value):
+    """A str from a str or UTF-8 bytes, as Triton's bindings convert them."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    return str(value)

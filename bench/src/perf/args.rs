@@ -119,7 +119,8 @@ pub struct PerfArgs {
     pub json: Option<PathBuf>,
 
     /// The server's process id (same machine): report its CPU time per
-    /// successful request, read from `/proc/<pid>/stat` around each window.
+    /// successful request, its child processes' included (a Python model's
+    /// stubs), read from `/proc/*/stat` around each window.
     #[arg(long)]
     pub server_pid: Option<u32>,
 
