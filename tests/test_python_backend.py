@@ -127,15 +127,22 @@ def test_a_request_reads_its_metadata_and_initialize_its_args(server, protocol):
         _inputs(module, [("INPUT0", data)]),
         request_id="req-7",
         parameters={"temperature": "hot", "count": 3, "flag": True},
+        timeout=5_000_000,
     )
     seen = json.loads(result.as_numpy("REQUEST")[0])
     assert seen["id"] == "req-7"
     assert seen["parameters"] == {"temperature": "hot", "count": 3, "flag": True}
+    # No outputs named: every output is requested. The timeout is in us.
     assert seen["requested"] == ["ARGS", "ECHO", "REQUEST"]
+    assert seen["timeout"] == 5_000_000
     assert seen["inputs"] == ["INPUT0"]
     assert (seen["is_cpu"], seen["cancelled"], seen["shape"]) == (True, False, [6])
     assert (seen["correlation_id"], seen["flags"]) == (0, 0)
     np.testing.assert_array_equal(result.as_numpy("ECHO"), data)
+    named = [module.InferRequestedOutput(name) for name in ("REQUEST", "ECHO")]
+    only = client.infer("inspect", _inputs(module, [("INPUT0", data)]), outputs=named)
+    assert json.loads(only.as_numpy("REQUEST")[0])["requested"] == ["ECHO", "REQUEST"]
+    assert only.as_numpy("ARGS") is None, "an output not asked for is not sent"
     args = json.loads(result.as_numpy("ARGS")[0])
     assert args["model_name"] == "inspect"
     assert (args["model_version"], args["model_instance_kind"], args["model_instance_device_id"]) == ("1", "CPU", "0")

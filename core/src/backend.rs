@@ -125,6 +125,9 @@ pub struct Batch {
 pub struct RequestInfo {
     pub id: String,
     pub parameters: Parameters,
+    /// The outputs the request asks for (every output when the client
+    /// named none); empty when the backend does not read them.
+    pub requested: Vec<String>,
     /// Its sequence's id and flags, for a sequence model.
     pub sequence: Option<Flags>,
 }
@@ -243,6 +246,12 @@ pub trait Backend: Send + Sync {
 
     /// Whether its instances can run decoupled models (stream responses).
     fn decoupled(&self) -> bool {
+        false
+    }
+
+    /// Whether its instances read the outputs each request named
+    /// ([`RequestInfo::requested`]); others are spared copying the names.
+    fn reads_requested_outputs(&self) -> bool {
         false
     }
 

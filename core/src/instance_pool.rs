@@ -381,6 +381,7 @@ fn admit(source: &InstanceSource, started: Instant, request: Request) -> Option<
     let Request {
         id,
         parameters,
+        requested,
         sequence,
         batch_size,
         responder,
@@ -404,6 +405,7 @@ fn admit(source: &InstanceSource, started: Instant, request: Request) -> Option<
         info: RequestInfo {
             id,
             parameters,
+            requested,
             sequence,
         },
         batch_size,

@@ -44,6 +44,10 @@ pub struct Model {
     statistics: Arc<ModelStatistics>,
     /// Output name to the lines of its `label_filename`, for classification.
     labels: HashMap<String, Vec<String>>,
+    /// Whether its backend tells the model which outputs a request named
+    /// ([`backend::Backend::reads_requested_outputs`]); the names are
+    /// copied per request only then.
+    passes_requested: bool,
 }
 
 /// One version to load.
@@ -102,6 +106,7 @@ impl Model {
             scheduler,
             labels,
             statistics,
+            passes_requested: kind.implementation().reads_requested_outputs(),
         })
     }
 
@@ -219,6 +224,10 @@ impl Model {
             batch_size: normalized.batch_size,
             key,
             parameters,
+            requested: match self.passes_requested {
+                true => requested_names(&normalized.outputs),
+                false => Vec::new(),
+            },
             priority: 0,
             deadline: None,
             sequence: None,
@@ -335,6 +344,12 @@ impl Model {
         }
         tensor
     }
+}
+
+/// The names of the outputs a request asked for (every output, when it
+/// named none).
+fn requested_names(outputs: &[RequestedOutput]) -> Vec<String> {
+    outputs.iter().map(|o| o.name.clone()).collect()
 }
 
 /// The instances of a version and the scheduler in front of them: the

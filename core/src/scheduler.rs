@@ -53,6 +53,9 @@ pub struct Request {
     /// that batch).
     pub key: BatchKey,
     pub parameters: Parameters,
+    /// The outputs the request asks for, for backends that tell their
+    /// model (Triton's `requested_output_names()`); empty for the others.
+    pub requested: Vec<String>,
     /// The dynamic batcher's priority level (an index, 0 the highest).
     pub priority: usize,
     /// When the dynamic batcher's queue policy gives up on it.
@@ -216,6 +219,7 @@ impl Request {
             payload: Payload::new(inputs),
             batch_size,
             parameters: Parameters::default(),
+            requested: Vec::new(),
             priority: 0,
             deadline: None,
             sequence: None,

@@ -356,13 +356,14 @@ const SERVER_PARAMETERS: [&str; 7] = [
 
 /// The stub's view of one request.
 fn exec_request(shared: &Shared, info: Option<&RequestInfo>, inputs: Vec<Descriptor>) -> ExecRequest {
-    let (id, mut parameters, sequence) = match info {
+    let (id, mut parameters, sequence, requested) = match info {
         Some(info) => (
             info.id.clone(),
             parameters_to_json(&info.parameters),
             info.sequence.as_ref(),
+            info.requested.clone(),
         ),
-        None => (String::new(), Default::default(), None),
+        None => (String::new(), Default::default(), None, Vec::new()),
     };
     let timeout_us = parameters
         .get("timeout")
@@ -385,7 +386,10 @@ fn exec_request(shared: &Shared, info: Option<&RequestInfo>, inputs: Vec<Descrip
         correlation_id,
         flags,
         inputs,
-        requested_outputs: shared.output_names.clone(),
+        requested_outputs: match requested.is_empty() {
+            true => shared.output_names.clone(),
+            false => requested,
+        },
         parameters,
         timeout_us,
     }

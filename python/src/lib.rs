@@ -188,6 +188,10 @@ impl Backend for PythonBackend {
         true
     }
 
+    fn reads_requested_outputs(&self) -> bool {
+        true
+    }
+
     /// Triton's `auto_complete_config`: a stub started for it alone imports
     /// the model and lets its class fill in the config.
     fn complete_config(&self, config: &mut ModelConfig, version_dir: &Path) -> Result<()> {

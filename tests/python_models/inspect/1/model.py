@@ -32,6 +32,7 @@ class TritonPythonModel:
                 "is_cpu": tensor.is_cpu(),
                 "cancelled": request.is_cancelled(),
                 "shape": list(tensor.as_numpy().shape),
+                "timeout": request.timeout(),
             }
             pb_utils.Logger.log_warn(f"inspect saw request '{request.request_id()}'")
             responses.append(
