@@ -405,6 +405,11 @@ def test_decoupled_repeat_from_threads(host_factory):
     assert got == {0: [4, 5, 6], 1: [7, 8]}
     assert all(l["level"] == "WARNING" and "already sent its final" in l["message"] for l in logs)
     assert logs[0]["file"].endswith("model.py") and logs[0]["line"] > 0
+    # A sender's thread drops its input after its final send returns: the
+    # blocks are freed when those threads end, a moment after the finals.
+    deadline = time.monotonic() + 10
+    while (h.host_state(da), h.host_state(db)) != (2, 2) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert h.host_state(da) == 2 and h.host_state(db) == 2
 
 
