@@ -56,10 +56,12 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM ${DEBIAN_IMAGE}${DEBIAN_DIGEST:+@${DEBIAN_DIGEST}}
 
 # ca-certificates: object-storage fetches (S3, GCS, Azure) verify TLS against
-# the system roots. Unpinned for the reason given in the build stage.
+# the system roots. python3 and numpy: what Python models (backend "python")
+# run on; a model may name another interpreter (EXECUTION_ENV_PATH).
+# Unpinned for the reason given in the build stage.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates \
+    && apt-get install -y --no-install-recommends ca-certificates python3 python3-numpy \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --gid 65532 nereid \
     && useradd --no-log-init --uid 65532 --gid 65532 --no-create-home \

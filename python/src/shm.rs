@@ -17,6 +17,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -60,6 +61,18 @@ impl Segment {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)?;
         file.set_len(size as u64)?;
+        // Reserve the memory now: a tmpfs file sized by ftruncate alone is
+        // sparse, and touching a page /dev/shm has no room for would kill
+        // the process with SIGBUS instead of failing here, clearly.
+        let len = libc::off_t::try_from(size).map_err(|_| io::Error::other("segment size out of range"))?;
+        // SAFETY: a plain call on a file descriptor this function owns.
+        match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+            0 => {}
+            code => {
+                let _ = std::fs::remove_file(&path);
+                return Err(io::Error::from_raw_os_error(code));
+            }
+        }
         Self::map(&file)
     }
 
