@@ -17,8 +17,8 @@ use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, Opts, Regist
 
 use crate::protocol::FromStub;
 
-/// The most label sets one stub may create: each is a series the server
-/// exports until it stops.
+/// The most label sets (and the most families) one stub may create: each
+/// is a series the server exports until it stops.
 const MAX_METRICS_PER_STUB: usize = 10_000;
 
 #[derive(Clone)]
@@ -128,6 +128,11 @@ impl StubMetrics {
                 description,
                 kind,
             } => {
+                if self.families.len() >= MAX_METRICS_PER_STUB {
+                    return Err(format!(
+                        "a stub may define at most {MAX_METRICS_PER_STUB} metric families"
+                    ));
+                }
                 if !matches!(kind.as_str(), "COUNTER" | "GAUGE" | "HISTOGRAM") {
                     return Err(format!("unknown metric kind '{kind}'"));
                 }
