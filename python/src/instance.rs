@@ -110,34 +110,15 @@ impl PythonInstance {
         };
         let failed = |why: String| Error::unavailable(format!("model '{}' failed to initialize: {why}", shared.model));
         stub.send(&init).map_err(|g| failed(g.describe()))?;
-        let until = Instant::now() + shared.stub_timeout;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
-            match stub.recv(left) {
-                Ok(FromStub::Ready) => return Ok(stub),
-                Ok(FromStub::Failed { message }) => return Err(failed(message)),
-                Ok(FromStub::Log {
-                    level,
-                    message,
-                    file,
-                    line,
-                }) => {
-                    crate::log::emit(&shared.model, &level, &message, file.as_deref(), line);
-                }
-                Ok(
-                    message @ (FromStub::MetricFamily { .. } | FromStub::Metric { .. } | FromStub::MetricUpdate { .. }),
-                ) => {
-                    stub.metrics.apply(&shared.metrics, &shared.model, &message);
-                }
-                Ok(other) => return Err(failed(format!("the stub answered {other:?} to init"))),
-                Err(Gone::Silent(waited)) => {
-                    return Err(failed(format!(
-                        "the stub did not initialize within {} s (--backend-config=python,stub-timeout-seconds)",
-                        waited.as_secs()
-                    )));
-                }
-                Err(gone) => return Err(failed(gone.describe())),
-            }
+        match stub.answer(shared.stub_timeout, &shared.model, &shared.metrics) {
+            Ok(FromStub::Ready) => Ok(stub),
+            Ok(FromStub::Failed { message }) => Err(failed(message)),
+            Ok(other) => Err(failed(format!("the stub answered {other:?} to init"))),
+            Err(Gone::Silent(waited)) => Err(failed(format!(
+                "the stub did not initialize within {} s (--backend-config=python,stub-timeout-seconds)",
+                waited.as_secs()
+            ))),
+            Err(gone) => Err(failed(gone.describe())),
         }
     }
 
@@ -212,6 +193,8 @@ impl Drop for PythonInstance {
 /// what is left).
 fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSink) -> Result<(), Gone> {
     let Batch { requests, info, .. } = batch;
+    // Empty, or one per request in order.
+    let mut info = info.into_iter();
     // The stub's request i is the batch's request sent[i]: a request whose
     // inputs do not fit is failed here and not sent.
     let mut sent = Vec::with_capacity(requests.len());
@@ -219,13 +202,14 @@ fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSi
     {
         let mut host = stub.host.lock();
         for (position, inputs) in requests.into_iter().enumerate() {
+            let info = info.next();
             let described: Result<Vec<Descriptor>> = inputs
                 .iter()
                 .map(|t| host.write(&t.name, t.datatype.as_wire(), &t.shape, &[&t.data]))
                 .collect();
             match described {
                 Ok(inputs) => {
-                    exec.push(exec_request(shared, info.get(position), inputs));
+                    exec.push(exec_request(shared, info, inputs));
                     sent.push(position);
                 }
                 Err(e) => {
@@ -355,16 +339,14 @@ const SERVER_PARAMETERS: [&str; 7] = [
 ];
 
 /// The stub's view of one request.
-fn exec_request(shared: &Shared, info: Option<&RequestInfo>, inputs: Vec<Descriptor>) -> ExecRequest {
-    let (id, mut parameters, sequence, requested) = match info {
-        Some(info) => (
-            info.id.clone(),
-            parameters_to_json(&info.parameters),
-            info.sequence.as_ref(),
-            info.requested.clone(),
-        ),
-        None => (String::new(), Default::default(), None, Vec::new()),
-    };
+fn exec_request(shared: &Shared, info: Option<RequestInfo>, inputs: Vec<Descriptor>) -> ExecRequest {
+    let RequestInfo {
+        id,
+        parameters,
+        requested,
+        sequence,
+    } = info.unwrap_or_default();
+    let mut parameters = parameters_to_json(&parameters);
     let timeout_us = parameters
         .get("timeout")
         .and_then(serde_json::Value::as_u64)

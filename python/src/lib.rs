@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nereid_core::backend::settings::BackendConfig;
 use nereid_core::backend::{self, Backend, InstanceSpec, ModelInstance};
@@ -205,28 +205,17 @@ impl Backend for PythonBackend {
             config: config_json::to_json(config),
         };
         stub.send(&ask).map_err(|g| failed(g.describe()))?;
-        let until = Instant::now() + self.settings.stub_timeout;
-        let completed = loop {
-            match stub.recv(until.saturating_duration_since(Instant::now())) {
-                Ok(FromStub::Config { config }) => break config,
-                Ok(FromStub::Failed { message }) => return Err(failed(message)),
-                Ok(FromStub::Log {
-                    level,
-                    message,
-                    file,
-                    line,
-                }) => {
-                    log::emit(&config.name, &level, &message, file.as_deref(), line);
-                }
-                Ok(other) => return Err(failed(format!("the stub answered {other:?}"))),
-                Err(Gone::Silent(_)) => {
-                    return Err(failed(format!(
-                        "no answer within {} s (--backend-config=python,stub-timeout-seconds)",
-                        self.settings.stub_timeout.as_secs()
-                    )));
-                }
-                Err(gone) => return Err(failed(gone.describe())),
+        let completed = match stub.answer(self.settings.stub_timeout, &config.name, &self.metrics) {
+            Ok(FromStub::Config { config }) => config,
+            Ok(FromStub::Failed { message }) => return Err(failed(message)),
+            Ok(other) => return Err(failed(format!("the stub answered {other:?}"))),
+            Err(Gone::Silent(_)) => {
+                return Err(failed(format!(
+                    "no answer within {} s (--backend-config=python,stub-timeout-seconds)",
+                    self.settings.stub_timeout.as_secs()
+                )));
             }
+            Err(gone) => return Err(failed(gone.describe())),
         };
         let mut completed =
             config_json::from_json(&completed.to_string()).map_err(|e| failed(e.message().to_string()))?;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use nereid_core::error::{Error, Result};
 use parking_lot::Mutex;
 
-use crate::metrics::StubMetrics;
+use crate::metrics::{CustomMetrics, StubMetrics};
 use crate::protocol::{self, FromStub, ToStub};
 use crate::shm::{self, HostPool, PoolSize, StubPool};
 
@@ -172,6 +172,32 @@ impl Stub {
             }
             Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(Gone::Garbled(e.to_string())),
             Err(_) => Err(Gone::Exited(self.exit_status())),
+        }
+    }
+
+    /// The stub's answer to `init` or `auto_complete`: its first message
+    /// that is not a log line or a metric update (those are passed on),
+    /// within `deadline` in all.
+    pub fn answer(
+        &mut self,
+        deadline: Duration,
+        model: &str,
+        metrics: &CustomMetrics,
+    ) -> std::result::Result<FromStub, Gone> {
+        let until = Instant::now() + deadline;
+        loop {
+            match self.recv(until.saturating_duration_since(Instant::now()))? {
+                FromStub::Log {
+                    level,
+                    message,
+                    file,
+                    line,
+                } => crate::log::emit(model, &level, &message, file.as_deref(), line),
+                message @ (FromStub::MetricFamily { .. } | FromStub::Metric { .. } | FromStub::MetricUpdate { .. }) => {
+                    self.metrics.apply(metrics, model, &message);
+                }
+                answer => return Ok(answer),
+            }
         }
     }
 
