@@ -435,9 +435,11 @@ def test_a_stub_killed_while_idle_is_replaced_before_the_next_request(server):
     before = _stub_pid(client, httpclient)
     os.kill(before, signal.SIGKILL)
     def dead():
-        # Gone, or a zombie until the server reaps it.
+        # Gone, or a zombie the server can reap: every thread has exited
+        # (until then the kernel does not report the process as ended).
         try:
-            return Path(f"/proc/{before}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            zombie = Path(f"/proc/{before}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+            return zombie and len(os.listdir(f"/proc/{before}/task")) <= 1
         except OSError:
             return True
 
