@@ -252,6 +252,59 @@ def test_business_logic_scripting_calls_python_builtin_and_missing_models(server
             client.infer(model, inputs)
 
 
+SIMPLE_ENSEMBLE = """name: "simple_ensemble"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling { step [ {
+  model_name: "simple" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
+  output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" }
+} ] }
+"""
+
+
+def test_business_logic_scripting_reaches_onnx_ensemble_and_remote_models(tmp_path_factory):
+    # The remote model's server: the examples, "simple" among them.
+    upstream = _start(tmp_path_factory, "bls-upstream", ROOT / "examples" / "models", [])
+    try:
+        repo = tmp_path_factory.mktemp("bls-targets") / "models"
+        shutil.copytree(TEST_MODELS / "bls_forward", repo / "bls_forward")
+        shutil.copytree(ROOT / "examples" / "models" / "simple", repo / "simple")
+        (repo / "simple_ensemble" / "1").mkdir(parents=True)
+        (repo / "simple_ensemble" / "config.pbtxt").write_text(SIMPLE_ENSEMBLE)
+        (repo / "simple_remote" / "1").mkdir(parents=True)
+        (repo / "simple_remote" / "config.pbtxt").write_text(
+            'name: "simple_remote"\nbackend: "remote"\n'
+            f'parameters {{ key: "endpoint" value: {{ string_value: "{upstream.grpc_url}" }} }}\n'
+            'parameters { key: "model_name" value: { string_value: "simple" } }\n'
+        )
+        srv = _start(tmp_path_factory, "bls-targets", repo, [])
+        try:
+            a = np.arange(32, dtype=np.int32).reshape(2, 16)
+            b = np.full((2, 16), 7, dtype=np.int32)
+            for protocol, module, client in (("http", httpclient, _http(srv)), ("grpc", grpcclient, _grpc(srv))):
+                for target in ("simple", "simple_ensemble", "simple_remote"):
+                    inputs = _inputs(
+                        module, [("MODEL_NAME", np.array([target.encode()], dtype=np.object_)), ("INPUT0", a), ("INPUT1", b)]
+                    )
+                    result = client.infer("bls_forward", inputs)
+                    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b, err_msg=f"{protocol} {target}")
+                    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b, err_msg=f"{protocol} {target}")
+                # The ONNX model's own error (a batch over its max_batch_size) comes back as the response's.
+                big = np.zeros((9, 16), dtype=np.int32)
+                inputs = _inputs(
+                    module, [("MODEL_NAME", np.array([b"simple"], dtype=np.object_)), ("INPUT0", big), ("INPUT1", big)]
+                )
+                with pytest.raises(InferenceServerException, match="batch"):
+                    client.infer("bls_forward", inputs)
+        finally:
+            srv.stop_and_check()
+    finally:
+        upstream.stop_and_check()
+
+
 def test_decoupled_business_logic_scripting_streams_both_ways(server):
     # bls_decoupled_sync streams square_int32's answers as running sums.
     client = _grpc(server)
