@@ -139,6 +139,17 @@ def test_a_request_reads_its_metadata_and_initialize_its_args(server, protocol):
     assert (seen["is_cpu"], seen["cancelled"], seen["shape"]) == (True, False, [6])
     assert (seen["correlation_id"], seen["flags"]) == (0, 0)
     np.testing.assert_array_equal(result.as_numpy("ECHO"), data)
+    # The parameters the model set on its response reach the client.
+    if protocol == "http":
+        answered = result.get_response()["parameters"]
+    else:
+        wire = result.get_response().parameters
+        answered = {
+            "answered": wire["answered"].string_param,
+            "inputs": wire["inputs"].int64_param,
+            "echoed": wire["echoed"].bool_param,
+        }
+    assert answered == {"answered": "req-7", "inputs": 1, "echoed": True}
     named = [module.InferRequestedOutput(name) for name in ("REQUEST", "ECHO")]
     only = client.infer("inspect", _inputs(module, [("INPUT0", data)]), outputs=named)
     assert json.loads(only.as_numpy("REQUEST")[0])["requested"] == ["ECHO", "REQUEST"]

@@ -23,6 +23,7 @@ use crate::error::Result;
 use crate::model_config::autocomplete::ModelSignature;
 use crate::model_repository_manager::Members;
 use crate::parameter::Parameters;
+use crate::response::Produced;
 use crate::scheduler::Runner;
 use crate::sequence_batcher::correlation::Flags;
 use crate::statistics::ComputeTiming;
@@ -169,7 +170,7 @@ impl<T: BatchedInstance> ModelInstance for T {
             _ => crate::batch::split(execution.outputs, &sizes)?,
         };
         for (request, outputs) in per_request.into_iter().enumerate() {
-            sink.send(request, outputs);
+            sink.send(request, outputs.into());
         }
         Ok(execution.timing)
     }
@@ -180,7 +181,7 @@ impl<T: BatchedInstance> ModelInstance for T {
 pub trait ResponseSink {
     /// Sends one response of `request`. `false` when its client has gone
     /// away: the backend should stop working for it.
-    fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool;
+    fn send(&mut self, request: usize, response: Produced) -> bool;
 
     /// Ends `request` with `error` (its last response), leaving the batch's
     /// other requests alone. `false` when it had already ended.
@@ -196,7 +197,7 @@ pub fn execute_one(
     instance: &mut dyn ModelInstance,
     inputs: Vec<Tensor>,
     rows: usize,
-) -> Result<(Vec<Tensor>, ComputeTiming)> {
+) -> Result<(Produced, ComputeTiming)> {
     let mut sink = OneResponse(None);
     let batch = Batch {
         requests: vec![inputs],
@@ -211,14 +212,14 @@ pub fn execute_one(
 }
 
 /// Keeps the one response of a batch of one.
-struct OneResponse(Option<Result<Vec<Tensor>>>);
+struct OneResponse(Option<Result<Produced>>);
 
 impl ResponseSink for OneResponse {
-    fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
+    fn send(&mut self, request: usize, response: Produced) -> bool {
         if request != 0 || self.0.is_some() {
             return false;
         }
-        self.0 = Some(Ok(outputs));
+        self.0 = Some(Ok(response));
         true
     }
 

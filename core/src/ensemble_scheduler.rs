@@ -131,12 +131,12 @@ impl EnsembleScheduler {
             // The plan keeps decoupled steps in one line, so at most one is open.
             let Some(mut stream) = streams.pop() else {
                 self.check_all_ran(&todo)?;
-                let outputs = self
+                let outputs: Vec<Tensor> = self
                     .outputs
                     .iter()
                     .filter_map(|name| tensors.get(name).cloned())
                     .collect();
-                ran.responder.send(Ok(outputs)).await;
+                ran.responder.send(Ok(outputs.into())).await;
                 return Ok(());
             };
             while let Some(response) = stream.next().await {

@@ -33,6 +33,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::backend::{self, Backend, Batch, Device, InstanceSpec, ModelInstance, RequestInfo, ResponseSink};
 use crate::error::{Error, Result};
 use crate::model_repository_manager::Members;
+use crate::response::Produced;
 use crate::scheduler::{Outcome, Request, Responder};
 use crate::statistics::{ComputeTiming, ModelStatistics};
 use crate::tensor::Tensor;
@@ -170,7 +171,7 @@ impl Inline {
         batch_size: usize,
         trace: Option<Arc<RequestTrace>>,
         arrived: Instant,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<Produced> {
         let mut instance = self.instance();
         self.source.statistics.record_queue(std::time::Duration::ZERO);
         let traces = match trace {
@@ -528,7 +529,7 @@ impl Sinks {
 }
 
 impl ResponseSink for Sinks {
-    fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
+    fn send(&mut self, request: usize, response: Produced) -> bool {
         let Some(slot) = self.responders.get_mut(request) else {
             return false;
         };
@@ -536,14 +537,14 @@ impl ResponseSink for Sinks {
             // An ordinary model's one answer ends its request.
             return match slot.take() {
                 Some(responder) => {
-                    self.answers.push((responder, Ok(outputs)));
+                    self.answers.push((responder, Ok(response)));
                     true
                 }
                 None => false,
             };
         }
         match slot {
-            Some(responder) if responder.blocking_send(Ok(outputs)) => true,
+            Some(responder) if responder.blocking_send(Ok(response)) => true,
             _ => {
                 *slot = None;
                 false
@@ -639,8 +640,8 @@ mod tests {
             let (b, b_rx) = pending(3.0);
             pool.try_submit(Job { requests: vec![a, b] }).unwrap();
             let (mut a_rx, mut b_rx) = (a_rx, b_rx);
-            let a_out = single(&mut a_rx).await.unwrap();
-            let b_out = single(&mut b_rx).await.unwrap();
+            let a_out = single(&mut a_rx).await.unwrap().outputs;
+            let b_out = single(&mut b_rx).await.unwrap().outputs;
             assert_eq!(a_out[0].data.as_ref(), &2.0f32.to_le_bytes());
             assert_eq!(b_out[0].data.as_ref(), &3.0f32.to_le_bytes());
             assert_eq!(b_out[0].shape, vec![1, 1]);
@@ -657,7 +658,7 @@ mod tests {
         let (request, mut reply) = pending(4.0);
         pool.try_submit(Job::single(request)).unwrap();
         // Answered before try_submit returned.
-        let outputs = reply.try_recv().expect("answered inline").unwrap();
+        let outputs = reply.try_recv().expect("answered inline").unwrap().outputs;
         assert_eq!(outputs[0].data.as_ref(), &4.0f32.to_le_bytes());
         assert_eq!(statistics.snapshot().execution_count, 1);
 
@@ -672,7 +673,7 @@ mod tests {
         let inline = pool.inline().expect("identity runs inline");
         let data = Bytes::copy_from_slice(&5.0f32.to_le_bytes());
         let inputs = vec![Tensor::new("INPUT0", DataType::Fp32, vec![1, 1], data)];
-        let outputs = inline.run_now(inputs, 1, None, Instant::now()).unwrap();
+        let outputs = inline.run_now(inputs, 1, None, Instant::now()).unwrap().outputs;
         assert_eq!(outputs[0].name, "OUTPUT0");
         assert_eq!(outputs[0].data.as_ref(), &5.0f32.to_le_bytes());
         let stats = statistics.snapshot();

@@ -28,7 +28,7 @@ use crate::model_lifecycle::LoadOptions;
 use crate::model_repository_manager::Members;
 use crate::parameter::Parameters;
 use crate::request::{InferRequest, RequestedOutput};
-use crate::response::InferResponse;
+use crate::response::{InferResponse, Produced};
 use crate::scheduler::responder::{self, Responses, UNARY_DEPTH, single};
 use crate::scheduler::{CancelOnDrop, Payload, Request, Scheduler};
 use crate::sequence_batcher::SequenceBatcher;
@@ -276,11 +276,15 @@ impl Model {
     fn respond(
         &self,
         id: String,
-        mut produced: Vec<Tensor>,
+        produced: Produced,
         wanted: &[RequestedOutput],
         batch_size: usize,
         all: bool,
     ) -> Result<InferResponse> {
+        let Produced {
+            outputs: mut produced,
+            parameters,
+        } = produced;
         let batching = self.config.max_batch_size > 0;
         let mut outputs = Vec::with_capacity(wanted.len());
         for wanted in wanted {
@@ -311,7 +315,7 @@ impl Model {
             model_version: self.version,
             id,
             outputs,
-            parameters: Default::default(),
+            parameters,
             queue_depth: self.statistics.queue_depth(),
             output_parameters: Default::default(),
         })

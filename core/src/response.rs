@@ -6,6 +6,26 @@ use crate::parameter::Parameters;
 use crate::shared_memory;
 use crate::tensor::Tensor;
 
+/// One response as a model produced it, before it is shaped for the
+/// client: every output in the model's names and shapes, and the
+/// parameters the model set on it (a Python model's
+/// `InferenceResponse(parameters=...)`, a remote model's response
+/// parameters), which reach the client as the response's own.
+#[derive(Debug, Default, Clone)]
+pub struct Produced {
+    pub outputs: Vec<Tensor>,
+    pub parameters: Parameters,
+}
+
+impl From<Vec<Tensor>> for Produced {
+    fn from(outputs: Vec<Tensor>) -> Self {
+        Produced {
+            outputs,
+            parameters: Parameters::default(),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct InferResponse {
     pub model_name: String,

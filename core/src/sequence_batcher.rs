@@ -285,7 +285,7 @@ impl Tap {
             answered = true;
             let (outcome, states) = match &outcome {
                 // A decoupled model's response that updates no state.
-                Ok(outputs) if self.streamed && !rows::carries_states(settings, outputs) => (outcome, None),
+                Ok(produced) if self.streamed && !rows::carries_states(settings, &produced.outputs) => (outcome, None),
                 _ => rows::take_states(settings, model, outcome),
             };
             match states {

@@ -19,7 +19,7 @@ use crate::datatype::DataType;
 use crate::error::{Error, Result};
 use crate::parameter::{Parameter, Parameters};
 use crate::request::{InferRequest, Protocol, RequestedOutput};
-use crate::response::InferResponse;
+use crate::response::{InferResponse, Produced};
 use crate::server::{VersionStatistics, parse_version};
 use crate::shared_memory::TensorRegion;
 use crate::statistics::StatDuration;
@@ -207,9 +207,19 @@ pub fn outgoing_request(
     }
 }
 
-/// The outputs of another server's answer, as tensors (their raw contents
-/// taken without a copy).
-pub fn incoming_outputs(message: ModelInferResponse) -> Result<Vec<Tensor>> {
+/// Another server's answer as this one's: its outputs as tensors (their
+/// raw contents taken without a copy) and its parameters, less the final
+/// flag a stream's responses carry (the stream's end says that here).
+pub fn incoming_response(message: ModelInferResponse) -> Result<Produced> {
+    let mut parameters = parameters(&message.parameters);
+    parameters.remove(FINAL);
+    Ok(Produced {
+        outputs: incoming_outputs(message)?,
+        parameters,
+    })
+}
+
+fn incoming_outputs(message: ModelInferResponse) -> Result<Vec<Tensor>> {
     if message.raw_output_contents.len() != message.outputs.len() {
         return Err(Error::internal(format!(
             "the answer has {} outputs but {} raw_output_contents",
@@ -476,5 +486,30 @@ mod tests {
         });
         message.inputs[0].datatype = "INT8".into();
         assert!(request(message).unwrap_err().message().contains("'A'"));
+    }
+
+    #[test]
+    fn another_servers_answer_keeps_its_parameters_but_not_its_final_flag() {
+        let param = |choice| InferParameter {
+            parameter_choice: Some(choice),
+        };
+        let message = ModelInferResponse {
+            outputs: vec![InferOutputTensor {
+                name: "OUT".into(),
+                datatype: "INT32".into(),
+                shape: vec![1],
+                ..Default::default()
+            }],
+            raw_output_contents: vec![Bytes::from_static(&[7, 0, 0, 0])],
+            parameters: HashMap::from([
+                ("tokens".to_string(), param(ParameterChoice::Int64Param(3))),
+                (FINAL.to_string(), param(ParameterChoice::BoolParam(true))),
+            ]),
+            ..Default::default()
+        };
+        let produced = incoming_response(message).unwrap();
+        assert_eq!(produced.outputs[0].data.as_ref(), &[7, 0, 0, 0]);
+        assert_eq!(produced.parameters.len(), 1);
+        assert_eq!(produced.parameters.get("tokens").and_then(|p| p.as_i64()), Some(3));
     }
 }

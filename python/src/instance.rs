@@ -23,6 +23,7 @@ use nereid_core::backend::{Batch, ModelInstance, RequestInfo, ResponseSink};
 use nereid_core::datatype::DataType;
 use nereid_core::error::{Error, Result};
 use nereid_core::model_repository_manager::Members;
+use nereid_core::response::Produced;
 use nereid_core::sequence_batcher::correlation::CorrelationId;
 use nereid_core::statistics::ComputeTiming;
 use nereid_core::tensor::Tensor;
@@ -31,7 +32,7 @@ use crate::bls::{self, Caller};
 use crate::metrics::CustomMetrics;
 use crate::protocol::{
     Descriptor, ExecRequest, FINAL, FromStub, InitArgs, SEQUENCE_END, SEQUENCE_START, ShmSettings, ToStub,
-    WireResponse, parameters_to_json,
+    WireResponse, parameters_from_json, parameters_to_json,
 };
 use crate::stub::{Gone, Launch, Stub};
 
@@ -378,7 +379,8 @@ fn exec_request(shared: &Shared, info: Option<RequestInfo>, inputs: Vec<Descript
 }
 
 /// Sends one response of the request at `position`: its outputs, checked
-/// against the config, or its error. `false` when it ended the request.
+/// against the config, and its parameters, or its error. `false` when it
+/// ended the request.
 fn deliver(
     shared: &Shared,
     stub: &mut Stub,
@@ -390,16 +392,29 @@ fn deliver(
         sink.fail(position, error.to_error());
         return false;
     }
-    let outputs: Result<Vec<Tensor>> = response
+    let produced = response
         .outputs
         .iter()
         .map(|d| take(stub, d).and_then(|t| check_output(shared, t)))
-        .collect();
-    match outputs {
-        Ok(outputs) => {
+        .collect::<Result<Vec<Tensor>>>()
+        .and_then(|outputs| {
+            let parameters = match &response.parameters {
+                Some(json) => parameters_from_json(json).map_err(|e| {
+                    Error::internal(format!(
+                        "model '{}' returned bad response parameters: {}",
+                        shared.model,
+                        e.message()
+                    ))
+                })?,
+                None => Default::default(),
+            };
+            Ok(Produced { outputs, parameters })
+        });
+    match produced {
+        Ok(produced) => {
             // A client gone away is told to the stub as a cancellation;
             // the request ends when the model ends it.
-            sink.send(position, outputs);
+            sink.send(position, produced);
             true
         }
         Err(e) => {

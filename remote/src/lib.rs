@@ -47,8 +47,8 @@ use nereid_core::error::{Error, ErrorKind, Result};
 use nereid_core::model_config::autocomplete::ModelSignature;
 use nereid_core::model_config::parameter;
 use nereid_core::parameter::{Parameter, Parameters};
+use nereid_core::response::Produced;
 use nereid_core::scheduler::{Ran, Runner};
-use nereid_core::tensor::Tensor;
 use nereid_core::wire as convert;
 
 /// `backend: "remote"`: what the binary plugs into the core's registry.
@@ -227,13 +227,13 @@ impl RemoteModel {
         if self.decoupled {
             return self.stream(ran).await;
         }
-        let outputs = self.infer(ran).await?;
-        ran.responder.send(Ok(outputs)).await;
+        let answer = self.infer(ran).await?;
+        ran.responder.send(Ok(answer)).await;
         Ok(())
     }
 
-    /// Sends one request and returns the remote's outputs.
-    async fn infer(&self, ran: &Ran<'_>) -> Result<Vec<Tensor>> {
+    /// Sends one request and returns the remote's answer.
+    async fn infer(&self, ran: &Ran<'_>) -> Result<Produced> {
         let timeout = deadline(&ran.parameters, self.settings.timeout)?;
         let mut attempt = 1;
         loop {
@@ -242,7 +242,7 @@ impl RemoteModel {
             self.add_metadata(&mut request, ran);
             match self.client().model_infer(request).await {
                 Ok(answer) => {
-                    return convert::incoming_outputs(answer.into_inner())
+                    return convert::incoming_response(answer.into_inner())
                         .map_err(|e| Error::new(e.kind(), format!("{}: {}", self.settings.describe(), e.message())));
                 }
                 Err(status) if attempt < ATTEMPTS && never_reached(&status) => {
@@ -295,9 +295,9 @@ impl RemoteModel {
             };
             let last = convert::is_final(&response);
             if !(last && response.outputs.is_empty()) {
-                let outputs = convert::incoming_outputs(response)
+                let answer = convert::incoming_response(response)
                     .map_err(|e| Error::new(e.kind(), format!("{}: {}", self.settings.describe(), e.message())))?;
-                if !ran.responder.send(Ok(outputs)).await {
+                if !ran.responder.send(Ok(answer)).await {
                     // The client went away; dropping the call cancels it there.
                     return Ok(());
                 }

@@ -272,7 +272,7 @@ mod tests {
             Tensor::new("INPUT0", DataType::Int32, vec![1, 3], ints(&[1, 2, i32::MAX])),
             Tensor::new("INPUT1", DataType::Int32, vec![1, 3], ints(&[10, 20, 1])),
         ];
-        let (out, _) = execute_one(instance.as_mut(), inputs, 1).unwrap();
+        let out = execute_one(instance.as_mut(), inputs, 1).unwrap().0.outputs;
         assert_eq!(out[0].name, "OUTPUT0");
         assert_eq!(out[0].data, ints(&[11, 22, i32::MIN]));
         assert_eq!(out[1].data, ints(&[-9, -18, i32::MAX - 1]));
@@ -301,7 +301,7 @@ mod tests {
         let mut instance = IdentityBackend.create_instance(spec(&config)).unwrap();
         let data = Bytes::from_static(&[1, 0, 0, 0, b'x']);
         let input = Tensor::new("IN", DataType::Bytes, vec![1], data.clone());
-        let (out, _) = execute_one(instance.as_mut(), vec![input], 1).unwrap();
+        let out = execute_one(instance.as_mut(), vec![input], 1).unwrap().0.outputs;
         assert_eq!(out, vec![Tensor::new("OUT", DataType::Bytes, vec![1], data)]);
     }
 

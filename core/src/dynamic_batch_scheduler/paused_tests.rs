@@ -68,7 +68,7 @@ impl Bench {
         let job = self.jobs.try_recv().expect("a batch was sent");
         let tags = job.requests.iter().map(|r| r.id.clone()).collect();
         for request in job.requests {
-            request.responder.answer(Ok(Vec::new()));
+            request.responder.answer(Ok(Vec::new().into()));
         }
         self.idle.send(Finished::default()).unwrap();
         tags
@@ -82,7 +82,7 @@ impl Bench {
 
     fn free(&self, job: Job) {
         for request in job.requests {
-            request.responder.answer(Ok(Vec::new()));
+            request.responder.answer(Ok(Vec::new().into()));
         }
         self.idle.send(Finished::default()).unwrap();
     }

@@ -88,11 +88,11 @@ impl Stream for ResponseStream {
         let this = &mut *self;
         match this.submitted.responses.poll_recv(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Some(Ok(tensors))) => {
+            Poll::Ready(Some(Ok(produced))) => {
                 let submitted = &this.submitted;
                 let response = this.model.respond(
                     submitted.id.clone(),
-                    tensors,
+                    produced,
                     &submitted.wanted,
                     submitted.batch_size,
                     false,

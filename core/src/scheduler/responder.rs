@@ -17,11 +17,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::ordering::Reorderer;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::response::Produced;
 
-/// One response: every output the model produced for the request, or the
-/// error that ends it.
-pub type Outcome = Result<Vec<Tensor>>;
+/// One response: what the model produced for the request, or the error
+/// that ends it.
+pub type Outcome = Result<Produced>;
 
 /// How many responses a unary request's channel holds: its one answer.
 pub const UNARY_DEPTH: usize = 1;
@@ -237,7 +237,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_responder_ends_the_stream_and_answers_leave_in_order() {
         let (responder, mut responses) = channel(STREAM_DEPTH);
-        assert!(responder.send(Ok(vec![])).await);
+        assert!(responder.send(Ok(vec![].into())).await);
         drop(responder);
         assert!(responses.recv().await.unwrap().is_ok());
         assert!(responses.recv().await.is_none(), "dropping is the final flag");
@@ -253,10 +253,10 @@ mod tests {
         let third = responders.pop().unwrap();
         let second = responders.pop().unwrap();
         let first = responders.pop().unwrap();
-        third.answer(Ok(vec![]));
+        third.answer(Ok(vec![].into()));
         assert!(ends[2].try_recv().is_err(), "the third waits for the first two");
         drop(second);
-        first.answer(Ok(vec![]));
+        first.answer(Ok(vec![].into()));
         assert!(single(&mut ends[0]).await.is_ok());
         assert!(single(&mut ends[1]).await.is_err(), "dropped unanswered");
         assert!(single(&mut ends[2]).await.is_ok());

@@ -83,10 +83,10 @@ async fn an_idle_sequence_is_released_at_its_limit_and_its_slot_goes_to_the_back
     let mut first = send(&batcher, 1, true);
     let (row, inputs) = next_row(&lane).await.expect("sequence 1 takes the slot");
     assert_eq!(value_of(&inputs, "START"), Some(1));
-    row.responder.answer(Ok(vec![int("OUTPUT", 1), int("S_OUT", 1)]));
+    row.responder.answer(Ok(vec![int("OUTPUT", 1), int("S_OUT", 1)].into()));
     settle().await;
     let answer = first.recv().await.unwrap().unwrap();
-    assert_eq!(value_of(&answer, "S_OUT"), None, "states stay in the server");
+    assert_eq!(value_of(&answer.outputs, "S_OUT"), None, "states stay in the server");
 
     // Sequence 2 waits for the only slot while 1 is live.
     let _second = send(&batcher, 2, true);
@@ -116,13 +116,17 @@ async fn a_decoupled_sequence_streams_every_response_and_keeps_the_states_they_c
     let (row, inputs) = next_row(&lane).await.unwrap();
     assert_eq!(value_of(&inputs, "S_IN"), Some(0), "the initial state");
     // Three responses; only the second updates the state.
-    assert!(row.responder.send(Ok(vec![int("OUTPUT", 10)])).await);
-    assert!(row.responder.send(Ok(vec![int("OUTPUT", 11), int("S_OUT", 5)])).await);
-    assert!(row.responder.send(Ok(vec![int("OUTPUT", 12)])).await);
+    assert!(row.responder.send(Ok(vec![int("OUTPUT", 10)].into())).await);
+    assert!(
+        row.responder
+            .send(Ok(vec![int("OUTPUT", 11), int("S_OUT", 5)].into()))
+            .await
+    );
+    assert!(row.responder.send(Ok(vec![int("OUTPUT", 12)].into())).await);
     drop(row);
     let mut seen = Vec::new();
     while let Some(response) = responses.recv().await {
-        let outputs = response.unwrap();
+        let outputs = response.unwrap().outputs;
         assert_eq!(value_of(&outputs, "S_OUT"), None);
         seen.push(value_of(&outputs, "OUTPUT").unwrap());
     }

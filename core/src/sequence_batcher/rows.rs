@@ -12,6 +12,7 @@ use bytes::Bytes;
 use super::correlation::CorrelationId;
 use crate::error::{Error, Result};
 use crate::model_config::sequence::{ControlKind, SequenceConfig};
+use crate::response::Produced;
 use crate::tensor::Tensor;
 
 /// The row's full inputs: the client's, then controls, then states.
@@ -61,9 +62,13 @@ pub fn carries_states(settings: &SequenceConfig, outputs: &[Tensor]) -> bool {
 pub fn take_states(
     settings: &SequenceConfig,
     model: &str,
-    outcome: Result<Vec<Tensor>>,
-) -> (Result<Vec<Tensor>>, Option<Vec<Tensor>>) {
-    let Ok(mut outputs) = outcome else {
+    outcome: Result<Produced>,
+) -> (Result<Produced>, Option<Vec<Tensor>>) {
+    let Ok(Produced {
+        mut outputs,
+        parameters,
+    }) = outcome
+    else {
         return (outcome, None);
     };
     let mut states = Vec::with_capacity(settings.states.len());
@@ -86,7 +91,7 @@ pub fn take_states(
             Bytes::copy_from_slice(&tensor.data),
         ));
     }
-    (Ok(outputs), Some(states))
+    (Ok(Produced { outputs, parameters }), Some(states))
 }
 
 #[cfg(test)]
@@ -165,12 +170,12 @@ mod tests {
                 Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]),
             ),
         ];
-        let (client, states) = take_states(&s, "m", Ok(answer));
-        let client = client.unwrap();
+        let (client, states) = take_states(&s, "m", Ok(answer.into()));
+        let client = client.unwrap().outputs;
         assert_eq!(client.len(), 1);
         assert_eq!(client[0].name, "OUT");
         assert_eq!(states.unwrap()[0].shape, [2]);
-        let (client, states) = take_states(&s, "m", Ok(vec![]));
+        let (client, states) = take_states(&s, "m", Ok(vec![].into()));
         assert!(client.unwrap_err().message().contains("no state output 'S_OUT'"));
         assert!(states.is_none());
     }

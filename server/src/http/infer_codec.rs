@@ -224,7 +224,15 @@ struct ResponseJson<'a> {
     /// A string, as Triton sends it.
     #[serde(serialize_with = "as_text")]
     model_version: i64,
+    /// What the model set on the response (a Python model's
+    /// `InferenceResponse(parameters=...)`), as KServe v2 places it.
+    #[serde(skip_serializing_if = "no_parameters")]
+    parameters: &'a Parameters,
     outputs: OutputsJson<'a>,
+}
+
+fn no_parameters(parameters: &&Parameters) -> bool {
+    parameters.is_empty()
 }
 
 fn as_text<S: serde::Serializer>(version: &i64, serializer: S) -> std::result::Result<S::Ok, S::Error> {
@@ -308,24 +316,14 @@ pub fn max_encoded_len(response: &InferResponse, binary_outputs: &BinaryOutputs)
         response,
         binary_outputs,
     };
-    let text = |s: &str| ESCAPED.saturating_mul(s.len()).saturating_add(2);
-    let mut total = HEADER_ROOM + text(&response.id) + text(&response.model_name);
+    let mut total = (HEADER_ROOM + text(&response.id) + text(&response.model_name))
+        .saturating_add(parameters_len(&response.parameters));
     for tensor in &response.outputs {
         total = total
             .saturating_add(OUTPUT_ROOM + text(&tensor.name))
             .saturating_add(21 * tensor.shape.len());
         total = total.saturating_add(if let Some(parameters) = response.output_parameters.get(&tensor.name) {
-            parameters
-                .iter()
-                .map(|(key, value)| {
-                    text(key)
-                        + match value {
-                            Parameter::String(s) => text(s),
-                            _ => 24,
-                        }
-                        + 2
-                })
-                .sum::<usize>()
+            parameters_len(parameters)
         } else if outputs.is_binary(tensor) {
             tensor.data.len() + 64
         } else {
@@ -333,6 +331,26 @@ pub fn max_encoded_len(response: &InferResponse, binary_outputs: &BinaryOutputs)
         });
     }
     total
+}
+
+/// The most bytes `s` takes as a JSON string.
+fn text(s: &str) -> usize {
+    ESCAPED.saturating_mul(s.len()).saturating_add(2)
+}
+
+/// The most bytes `parameters` take as a JSON object's members.
+fn parameters_len(parameters: &Parameters) -> usize {
+    parameters
+        .iter()
+        .map(|(key, value)| {
+            text(key)
+                .saturating_add(match value {
+                    Parameter::String(s) => text(s),
+                    _ => 24,
+                })
+                .saturating_add(2)
+        })
+        .fold(16, usize::saturating_add)
 }
 
 /// The most bytes [`encode`] holds for `response`, compressed or not (see
@@ -354,6 +372,7 @@ pub fn encode(response: &InferResponse, binary_outputs: &BinaryOutputs, compress
         id: &response.id,
         model_name: &response.model_name,
         model_version: response.model_version,
+        parameters: &response.parameters,
         outputs: OutputsJson {
             response,
             binary_outputs,

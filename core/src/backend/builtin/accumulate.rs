@@ -189,7 +189,10 @@ mod tests {
             column("SUM_IN", &[100, 3, 9]),
             column("START", &[0, 1, 0]),
         ];
-        let (outputs, _) = crate::backend::execute_one(instance.as_mut(), inputs, 3).unwrap();
+        let outputs = crate::backend::execute_one(instance.as_mut(), inputs, 3)
+            .unwrap()
+            .0
+            .outputs;
         assert_eq!(ints(&outputs[0].data), [105, 7, 10]);
         assert_eq!(outputs[1].name, "SUM_OUT");
         assert_eq!(ints(&outputs[1].data), [105, 7, 10]);

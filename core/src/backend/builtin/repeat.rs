@@ -163,7 +163,7 @@ impl ModelInstance for Repeat {
                         Bytes::copy_from_slice(&index.to_le_bytes()),
                     ),
                 ];
-                if !sink.send(at, response) {
+                if !sink.send(at, response.into()) {
                     break;
                 }
             }
@@ -208,6 +208,7 @@ mod tests {
     use super::*;
     use crate::backend::Device;
     use crate::model_config::text::parse;
+    use crate::response::Produced;
 
     const CONFIG: &str = r#"name: "repeat" backend: "repeat" max_batch_size: 0
         model_transaction_policy { decoupled: true }
@@ -222,8 +223,8 @@ mod tests {
     }
 
     impl ResponseSink for Recorder {
-        fn send(&mut self, request: usize, outputs: Vec<Tensor>) -> bool {
-            self.sent.push((request, outputs));
+        fn send(&mut self, request: usize, response: Produced) -> bool {
+            self.sent.push((request, response.outputs));
             self.sent.len() < self.stop_after
         }
         fn fail(&mut self, _: usize, _: crate::error::Error) -> bool {
@@ -331,7 +332,7 @@ mod tests {
         /// Takes every response; the client is gone once it has one.
         struct GoneAfterOne(usize);
         impl ResponseSink for GoneAfterOne {
-            fn send(&mut self, _: usize, _: Vec<Tensor>) -> bool {
+            fn send(&mut self, _: usize, _: Produced) -> bool {
                 self.0 += 1;
                 true
             }

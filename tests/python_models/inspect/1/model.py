@@ -1,6 +1,7 @@
 """Answers with what pb_utils lets a model read: REQUEST is the request's
 metadata as JSON, ARGS what initialize got, ECHO the input through
-Tensor's numpy, dlpack and config helpers."""
+Tensor's numpy, dlpack and config helpers. The response's parameters say
+whom it answered, in each type a parameter may have."""
 
 import json
 
@@ -41,7 +42,8 @@ class TritonPythonModel:
                         pb_utils.Tensor("REQUEST", np.array([json.dumps(seen).encode()], dtype=np.object_)),
                         pb_utils.Tensor("ECHO", echoed.as_numpy().astype(self.echo_dtype)),
                         pb_utils.Tensor("ARGS", np.array([json.dumps(self.args)], dtype=np.object_)),
-                    ]
+                    ],
+                    parameters={"answered": request.request_id(), "inputs": len(request.inputs()), "echoed": True},
                 )
             )
         return responses
