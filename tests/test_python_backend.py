@@ -529,6 +529,21 @@ def test_a_tensor_past_the_shared_memory_limit_fails_clearly(server):
     np.testing.assert_array_equal(client.infer("identity_fp32", _inputs(httpclient, [("INPUT0", small)])).as_numpy("OUTPUT0"), small)
 
 
+def test_a_stopped_server_finalizes_its_models_and_leaves_no_shared_memory(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("stopping") / "models"
+    shutil.copytree(EXAMPLES / "add_sub", repo / "add_sub")
+    srv = _start(tmp_path_factory, "stopping", repo, [])
+    pid = srv.pid
+    a, b, inputs = _add_sub_inputs(httpclient)
+    np.testing.assert_array_equal(_http(srv).infer("add_sub", inputs).as_numpy("OUTPUT0"), a + b)
+    assert list(Path("/dev/shm").glob(f"nereid_{pid}_*")), "the instance's segments, while it serves"
+    srv.stop_and_check()
+    # SIGTERM unloads every model: finalize runs, the stub exits, and its
+    # shared memory goes with it before the server exits.
+    assert "add_sub: finalized" in srv.output()
+    assert not list(Path("/dev/shm").glob(f"nereid_{pid}_*"))
+
+
 def test_without_python_the_server_starts_and_python_models_say_why(tmp_path_factory):
     repo = tmp_path_factory.mktemp("nopython") / "models"
     shutil.copytree(EXAMPLES / "add_sub", repo / "add_sub")

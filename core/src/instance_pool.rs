@@ -310,6 +310,45 @@ impl InstancePool {
     }
 }
 
+/// Instance threads alive in this process. Their instances are dropped on
+/// the thread, once the queue closes, some time after their model was
+/// unloaded; shutdown waits for them ([`wait_for_instances`]) so that the
+/// process does not exit under an instance still finalizing (a Python
+/// model's `finalize`, its stub's exit and the removal of its shared
+/// memory).
+static LIVE_INSTANCES: Mutex<usize> = Mutex::new(0);
+static INSTANCE_ENDED: parking_lot::Condvar = parking_lot::Condvar::new();
+
+/// Counts one instance thread while it lives.
+struct Alive;
+
+impl Alive {
+    fn enter() -> Alive {
+        *LIVE_INSTANCES.lock() += 1;
+        Alive
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        *LIVE_INSTANCES.lock() -= 1;
+        INSTANCE_ENDED.notify_all();
+    }
+}
+
+/// Waits until every instance thread has ended (their models unloaded),
+/// at most `timeout`; `false` when some were still running.
+pub fn wait_for_instances(timeout: std::time::Duration) -> bool {
+    let until = Instant::now() + timeout;
+    let mut live = LIVE_INSTANCES.lock();
+    while *live > 0 {
+        if INSTANCE_ENDED.wait_until(&mut live, until).timed_out() {
+            return *live == 0;
+        }
+    }
+    true
+}
+
 /// The life of one instance thread: create the instance, report, run jobs
 /// until the queue closes.
 fn worker(
@@ -318,6 +357,8 @@ fn worker(
     jobs: &Receiver<Job>,
     ready: &std::sync::mpsc::Sender<Result<()>>,
 ) {
+    // Declared first, dropped last: after the instance.
+    let _alive = Alive::enter();
     let mut instance = match create(source, placement) {
         Ok(instance) => instance,
         Err(e) => {

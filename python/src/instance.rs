@@ -184,7 +184,7 @@ impl ModelInstance for PythonInstance {
 impl Drop for PythonInstance {
     fn drop(&mut self) {
         if let Some(stub) = self.stub.take() {
-            stub.finalize(self.shared.stub_timeout);
+            stub.finalize(self.shared.stub_timeout, &self.shared.model, &self.shared.metrics);
         }
     }
 }

@@ -218,15 +218,15 @@ impl Stub {
         }
     }
 
-    /// Asks the stub to finalize and exit, waiting at most `deadline`,
-    /// then makes sure it is gone.
-    pub fn finalize(mut self, deadline: Duration) {
+    /// Asks the stub to finalize and exit, waiting at most `deadline`
+    /// (what the model logs meanwhile is logged), then makes sure it is
+    /// gone.
+    pub fn finalize(mut self, deadline: Duration, model: &str, metrics: &CustomMetrics) {
         if self.send(&ToStub::Finalize).is_ok() {
             let until = Instant::now() + deadline;
-            while let Some(left) = until.checked_duration_since(Instant::now()) {
-                match self.recv(left) {
-                    Ok(FromStub::Finalized) | Err(_) => break,
-                    Ok(_) => {}
+            while let Ok(message) = self.answer(until.saturating_duration_since(Instant::now()), model, metrics) {
+                if matches!(message, FromStub::Finalized) {
+                    break;
                 }
             }
         }

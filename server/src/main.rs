@@ -241,6 +241,18 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
         );
     }
     server.manager().unload_all();
+    // Unloaded models' instances end on their own threads; a Python
+    // model's finalize runs there, and its stub must exit and give back
+    // its shared memory before this process does.
+    let exit_timeout = Duration::from_secs(args.exit_timeout_secs);
+    let stopped =
+        tokio::task::spawn_blocking(move || nereid_core::instance_pool::wait_for_instances(exit_timeout)).await;
+    if !matches!(stopped, Ok(true)) {
+        tracing::warn!(
+            timeout_secs = args.exit_timeout_secs,
+            "model instances did not stop before the exit timeout"
+        );
+    }
     server.flush_traces();
     tracing::info!("stopped");
     Ok(())
