@@ -103,7 +103,6 @@ impl PythonInstance {
                 model_name: shared.model.clone(),
             },
             shm: ShmSettings {
-                prefix: stub.prefix().to_string(),
                 default_byte_size: shared.launch.pool.default as u64,
                 growth_byte_size: shared.launch.pool.growth as u64,
                 limit_byte_size: shared.launch.pool.limit as u64,

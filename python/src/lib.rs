@@ -19,6 +19,7 @@
 //! ```
 
 mod bls;
+mod channel;
 mod instance;
 mod log;
 mod metrics;

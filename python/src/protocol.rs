@@ -1,9 +1,7 @@
 //! The messages between the server and a stub, as docs/python-backend.md
 //! ("The stub protocol") defines them: length-prefixed JSON frames over
-//! the stub's socket; tensor data stays in shared memory and frames carry
-//! only where it is.
-
-use std::io::{self, Read, Write};
+//! the stub's socket ([`crate::channel`]); tensor data stays in shared
+//! memory and frames carry only where it is.
 
 use nereid_core::error::{Error, ErrorKind};
 use nereid_core::parameter::{Parameter, Parameters};
@@ -82,7 +80,6 @@ impl WireError {
 /// The shared-memory settings a stub allocates its own pool with.
 #[derive(Debug, Clone, Serialize)]
 pub struct ShmSettings {
-    pub prefix: String,
     pub default_byte_size: u64,
     pub growth_byte_size: u64,
     pub limit_byte_size: u64,
@@ -116,6 +113,11 @@ pub struct ExecRequest {
 #[derive(Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ToStub {
+    /// A new segment of the server's pool: its descriptor comes with
+    /// this frame.
+    Segment {
+        seg: usize,
+    },
     Init {
         model_file: String,
         args: InitArgs,
@@ -173,6 +175,11 @@ fn latest() -> i64 {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum FromStub {
+    /// A new segment of the stub's pool: its descriptor comes with this
+    /// frame.
+    Segment {
+        seg: usize,
+    },
     Ready,
     Failed {
         message: String,
@@ -231,37 +238,6 @@ pub const FINAL: u32 = 1;
 pub const SEQUENCE_START: u32 = 1;
 pub const SEQUENCE_END: u32 = 2;
 
-/// Writes one frame.
-pub fn write_frame(out: &mut impl Write, message: &ToStub) -> io::Result<()> {
-    let mut frame = vec![0u8; 4];
-    serde_json::to_writer(&mut frame, message).map_err(io::Error::other)?;
-    let len = u32::try_from(frame.len() - 4).map_err(|_| io::Error::other("frame too large"))?;
-    frame[..4].copy_from_slice(&len.to_le_bytes());
-    out.write_all(&frame)
-}
-
-/// Reads one frame; `Ok(None)` at end of file between frames.
-pub fn read_frame(input: &mut impl Read) -> io::Result<Option<FromStub>> {
-    let mut len = [0u8; 4];
-    match input.read_exact(&mut len) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    }
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a frame of {len} bytes, over the {MAX_FRAME_BYTES}-byte limit"),
-        ));
-    }
-    let mut body = vec![0u8; len];
-    input.read_exact(&mut body)?;
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("a malformed message: {e}")))
-}
-
 /// Request or response parameters as JSON, as the stub reads them.
 pub fn parameters_to_json(parameters: &Parameters) -> serde_json::Map<String, serde_json::Value> {
     parameters
@@ -297,47 +273,6 @@ pub fn parameters_from_json(json: &serde_json::Map<String, serde_json::Value>) -
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn frames_round_trip_and_oversized_ones_are_refused() {
-        let mut wire = Vec::new();
-        write_frame(&mut wire, &ToStub::Cancelled { request: 3 }).unwrap();
-        let body: serde_json::Value = serde_json::from_slice(&wire[4..]).unwrap();
-        assert_eq!(body, serde_json::json!({"op": "cancelled", "request": 3}));
-        assert_eq!(
-            u32::from_le_bytes(wire[..4].try_into().unwrap()) as usize,
-            wire.len() - 4
-        );
-
-        let reply = br#"{"op":"response","request":1,"response":null,"flags":1}"#;
-        let mut frame = (reply.len() as u32).to_le_bytes().to_vec();
-        frame.extend_from_slice(reply);
-        let read = read_frame(&mut frame.as_slice()).unwrap().unwrap();
-        assert!(matches!(
-            read,
-            FromStub::Response {
-                request: 1,
-                response: None,
-                flags: FINAL
-            }
-        ));
-        assert!(
-            read_frame(&mut [].as_slice()).unwrap().is_none(),
-            "end of file between frames"
-        );
-
-        let huge = ((MAX_FRAME_BYTES + 1) as u32).to_le_bytes();
-        let refused = read_frame(&mut huge.as_slice()).unwrap_err();
-        assert_eq!(refused.kind(), io::ErrorKind::InvalidData);
-        let mut garbage = 3u32.to_le_bytes().to_vec();
-        garbage.extend_from_slice(b"{x}");
-        assert!(
-            read_frame(&mut garbage.as_slice())
-                .unwrap_err()
-                .to_string()
-                .contains("malformed")
-        );
-    }
 
     #[test]
     fn errors_keep_their_kind_both_ways() {

@@ -1,6 +1,8 @@
 //! The shared memory tensors cross in (docs/python-backend.md, "Shared
 //! memory"): two pools per stub, each side allocating its own and freeing
-//! the other's blocks with one store into their headers.
+//! the other's blocks with one store into their headers. A pool's
+//! segments are anonymous memory files whose descriptors go to the other
+//! side over the socket as they are made ([`crate::channel`]).
 //!
 //! The server's pool (the host pool) is a ring per segment: blocks are
 //! taken at the head and reclaimed at the tail once the stub has freed
@@ -15,11 +17,9 @@
 //! callers, with block headers touched only atomically.
 #![allow(unsafe_code)]
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -27,7 +27,8 @@ use bytes::Bytes;
 use memmap2::MmapRaw;
 use nereid_core::error::{Error, Result};
 
-use crate::protocol::Descriptor;
+use crate::protocol::{Descriptor, ToStub};
+use crate::stub::Writer;
 
 /// A block's header, before its data.
 pub const HEADER: usize = 16;
@@ -38,11 +39,9 @@ const LIVE: u32 = 1;
 const FREED: u32 = 2;
 const WRAP: u32 = 3;
 
-/// The most segments a stub may name: a bound on the files the server maps.
+/// The most segments a stub may make: a bound on the mappings the server
+/// holds for it.
 const MAX_STUB_SEGMENTS: usize = 1024;
-
-/// Where segments live.
-const SHM_DIR: &str = "/dev/shm";
 
 /// One mapped segment file.
 #[derive(Debug)]
@@ -51,39 +50,27 @@ pub struct Segment {
 }
 
 impl Segment {
-    /// Creates a segment of `size` bytes (a new file: never one that exists).
-    fn create(path: PathBuf, size: usize) -> io::Result<Segment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)?;
+    /// Creates a segment of `size` bytes named `name` (a label: the file
+    /// has no path), and its file, whose descriptor the other side maps.
+    fn create(name: &str, size: usize) -> io::Result<(Segment, File)> {
+        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+        let file = File::from(fd);
         file.set_len(size as u64)?;
-        // Reserve the memory now: a tmpfs file sized by ftruncate alone is
-        // sparse, and touching a page /dev/shm has no room for would kill
+        // Reserve the memory now: a memory file sized by ftruncate alone is
+        // sparse, and touching a page the system has no room for would kill
         // the process with SIGBUS instead of failing here, clearly.
         let len = libc::off_t::try_from(size).map_err(|_| io::Error::other("segment size out of range"))?;
         // SAFETY: a plain call on a file descriptor this function owns.
         match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
             0 => {}
-            code => {
-                let _ = std::fs::remove_file(&path);
-                return Err(io::Error::from_raw_os_error(code));
-            }
+            code => return Err(io::Error::from_raw_os_error(code)),
         }
-        Self::map(&file)
+        Ok((Self::map(&file)?, file))
     }
 
-    /// Maps a segment the other side made, whole.
-    fn open(path: PathBuf) -> io::Result<Segment> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)?;
-        Self::map(&file)
+    /// Maps a segment the other side made, whole, from its descriptor.
+    fn from_fd(fd: OwnedFd) -> io::Result<Segment> {
+        Self::map(&File::from(fd))
     }
 
     fn map(file: &File) -> io::Result<Segment> {
@@ -127,24 +114,6 @@ impl Segment {
     #[allow(clippy::mut_from_ref)]
     unsafe fn bytes_mut(&self, off: usize, len: usize) -> &mut [u8] {
         unsafe { std::slice::from_raw_parts_mut(self.map.as_mut_ptr().add(off), len) }
-    }
-}
-
-/// The file of segment `n` of a pool (`h` the host's, `s` the stub's).
-pub fn segment_path(prefix: &str, pool: char, n: usize) -> PathBuf {
-    Path::new(SHM_DIR).join(format!("{prefix}{pool}{n}"))
-}
-
-/// Removes every segment file of `prefix` (both pools): after the stub
-/// has exited, or when it could not start.
-pub fn remove_files(prefix: &str) {
-    let Ok(entries) = std::fs::read_dir(SHM_DIR) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) {
-            let _ = std::fs::remove_file(entry.path());
-        }
     }
 }
 
@@ -225,8 +194,12 @@ pub struct PoolSize {
 /// The server's pool: execute inputs and BLS outputs.
 #[derive(Debug)]
 pub struct HostPool {
-    prefix: String,
+    /// The label of its segments (`/memfd:<label>h<n>` in /proc/PID/maps).
+    label: String,
     size: PoolSize,
+    /// The stub's socket, which each new segment's descriptor goes down
+    /// before any frame that names the segment.
+    stub: Writer,
     rings: Vec<Ring>,
     total: usize,
     /// The ring that placed the last block: tried first.
@@ -234,10 +207,11 @@ pub struct HostPool {
 }
 
 impl HostPool {
-    pub fn new(prefix: &str, size: PoolSize) -> Self {
+    pub fn new(label: &str, size: PoolSize, stub: Writer) -> Self {
         HostPool {
-            prefix: prefix.to_string(),
+            label: label.to_string(),
             size,
+            stub,
             rings: Vec::new(),
             total: 0,
             current: 0,
@@ -296,11 +270,16 @@ impl HostPool {
             )));
         }
         let n = self.rings.len();
-        let seg = Segment::create(segment_path(&self.prefix, 'h', n), segment).map_err(|e| {
+        let failed = |e: io::Error| {
             Error::unavailable(format!(
                 "failed to create a shared-memory segment of {segment} bytes: {e}"
             ))
-        })?;
+        };
+        let (seg, file) = Segment::create(&format!("{}h{n}", self.label), segment).map_err(failed)?;
+        // Sent while this pool is locked: no frame naming the segment can
+        // go before it.
+        crate::channel::write_frame_with_fd(&mut self.stub.lock(), &ToStub::Segment { seg: n }, file.as_fd())
+            .map_err(failed)?;
         self.total += segment;
         self.rings.push(Ring {
             seg: Arc::new(seg),
@@ -314,19 +293,28 @@ impl HostPool {
     }
 }
 
-/// The stub's segments, mapped the first time a descriptor names them.
-#[derive(Debug)]
+/// The stub's segments, mapped as the stub announces them.
+#[derive(Debug, Default)]
 pub struct StubPool {
-    prefix: String,
-    segments: Vec<Option<Arc<Segment>>>,
+    segments: Vec<Arc<Segment>>,
 }
 
 impl StubPool {
-    pub fn new(prefix: &str) -> Self {
-        StubPool {
-            prefix: prefix.to_string(),
-            segments: Vec::new(),
+    /// Maps segment `seg`, which the stub has just made; it numbers its
+    /// segments from 0, in order.
+    pub fn add(&mut self, seg: usize, fd: OwnedFd) -> std::result::Result<(), String> {
+        if seg != self.segments.len() {
+            return Err(format!(
+                "it announced segment {seg} after {} others",
+                self.segments.len()
+            ));
         }
+        if seg >= MAX_STUB_SEGMENTS {
+            return Err(format!("it made more than {MAX_STUB_SEGMENTS} segments"));
+        }
+        let segment = Segment::from_fd(fd).map_err(|e| format!("its segment {seg} could not be mapped: {e}"))?;
+        self.segments.push(Arc::new(segment));
+        Ok(())
     }
 
     /// The data `descriptor` points at, without a copy: the block is freed
@@ -343,23 +331,11 @@ impl StubPool {
         if descriptor.len == 0 {
             return Ok(Bytes::new());
         }
-        let n = usize::try_from(descriptor.seg)
+        let seg = usize::try_from(descriptor.seg)
             .ok()
-            .filter(|n| *n < MAX_STUB_SEGMENTS)
+            .and_then(|n| self.segments.get(n))
+            .map(Arc::clone)
             .ok_or_else(|| bad("no such segment"))?;
-        if self.segments.len() <= n {
-            self.segments.resize(n + 1, None);
-        }
-        let seg = match &self.segments[n] {
-            Some(seg) => Arc::clone(seg),
-            None => {
-                let seg = Segment::open(segment_path(&self.prefix, 's', n))
-                    .map_err(|e| bad(&format!("segment {n} could not be mapped: {e}")))?;
-                let seg = Arc::new(seg);
-                self.segments[n] = Some(Arc::clone(&seg));
-                seg
-            }
-        };
         let off = usize::try_from(descriptor.off).map_err(|_| bad("offset out of range"))?;
         let len = usize::try_from(descriptor.len).map_err(|_| bad("length out of range"))?;
         if off < HEADER
@@ -400,9 +376,14 @@ impl Drop for Block {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::channel::FrameReader;
+    use parking_lot::Mutex;
+    use std::os::unix::net::UnixStream;
 
-    fn prefix() -> String {
-        format!("nereid_test_{}_{:?}_", std::process::id(), std::thread::current().id()).replace(['(', ')'], "")
+    /// A pool whose announcements go to the returned socket.
+    fn host_pool(size: PoolSize) -> (HostPool, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        (HostPool::new("nereid-test-", size, Arc::new(Mutex::new(ours))), theirs)
     }
 
     /// The stub's side of a host block: what it reads, and its free.
@@ -418,13 +399,12 @@ mod tests {
 
     #[test]
     fn the_ring_reuses_freed_blocks_grows_past_a_kept_one_and_stops_at_its_limit() {
-        let prefix = prefix();
         let size = PoolSize {
             default: 4096,
             growth: 8192,
             limit: 4096 + 8192,
         };
-        let mut pool = HostPool::new(&prefix, size);
+        let (mut pool, stub) = host_pool(size);
         let a = pool.write("A", "UINT8", &[1000], &[&[1u8; 600], &[2u8; 400]]).unwrap();
         assert_eq!(stub_reads(&pool, &a)[599..601], [1, 2]);
         assert_eq!((a.seg, a.off), (0, HEADER as u64));
@@ -445,20 +425,26 @@ mod tests {
         assert!(refused.message().contains("'F'"), "{refused}");
         let empty = pool.write("G", "FP32", &[0], &[]).unwrap();
         assert_eq!(empty.seg, -1);
+        // Each segment was announced with its descriptor, in order.
+        let mut announced = FrameReader::new(stub);
         drop(pool);
-        remove_files(&prefix);
-        assert!(!segment_path(&prefix, 'h', 0).exists());
+        for (n, size) in [(0usize, 4096u64), (1, 8192)] {
+            let frame = announced.read_frame_as::<serde_json::Value>().unwrap().unwrap();
+            assert_eq!(frame, serde_json::json!({"op": "segment", "seg": n}));
+            let fd = announced.take_fd().unwrap();
+            assert_eq!(File::from(fd).metadata().unwrap().len(), size);
+        }
+        assert!(announced.read_frame_as::<serde_json::Value>().unwrap().is_none());
     }
 
     #[test]
     fn the_ring_wraps_around_a_live_block() {
-        let prefix = prefix();
         let size = PoolSize {
             default: 4096,
             growth: 4096,
             limit: 4096,
         };
-        let mut pool = HostPool::new(&prefix, size);
+        let (mut pool, _stub) = host_pool(size);
         let a = pool.write("A", "UINT8", &[1500], &[&[1u8; 1500]]).unwrap();
         let b = pool.write("B", "UINT8", &[1500], &[&[2u8; 1500]]).unwrap();
         stub_frees(&pool, &a);
@@ -470,18 +456,21 @@ mod tests {
         stub_frees(&pool, &c);
         let d = pool.write("D", "UINT8", &[4000], &[&[4u8; 4000]]).unwrap();
         assert_eq!(d.off, HEADER as u64, "the wrap marker was reclaimed too");
-        drop(pool);
-        remove_files(&prefix);
     }
 
     #[test]
     fn stub_blocks_are_read_in_place_checked_and_freed_when_dropped() {
-        let prefix = prefix();
-        let path = segment_path(&prefix, 's', 0);
-        let seg = Segment::create(path, 4096).unwrap();
+        let (seg, file) = Segment::create("nereid-test-s0", 4096).unwrap();
         seg.set_header(64, LIVE, 8);
         unsafe { seg.bytes_mut(64 + HEADER, 8) }.copy_from_slice(&7u64.to_le_bytes());
-        let mut pool = StubPool::new(&prefix);
+        let mut pool = StubPool::default();
+        let (_, other) = Segment::create("nereid-test-s5", 4096).unwrap();
+        assert!(
+            pool.add(5, other.into())
+                .unwrap_err()
+                .contains("segment 5 after 0 others")
+        );
+        pool.add(0, file.into()).unwrap();
         let d = |seg: i64, off: u64, len: u64| Descriptor {
             name: "OUT".into(),
             datatype: "UINT64".into(),
@@ -508,6 +497,5 @@ mod tests {
         assert_eq!(seg.state(64).load(Ordering::Acquire), LIVE, "a slice keeps it");
         drop(shared);
         assert_eq!(seg.state(64).load(Ordering::Acquire), FREED);
-        remove_files(&prefix);
     }
 }

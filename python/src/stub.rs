@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use nereid_core::error::{Error, Result};
 use parking_lot::Mutex;
 
+use crate::channel::{self, FrameReader};
 use crate::metrics::{CustomMetrics, StubMetrics};
-use crate::protocol::{self, FromStub, ToStub};
-use crate::shm::{self, HostPool, PoolSize, StubPool};
+use crate::protocol::{FromStub, ToStub};
+use crate::shm::{HostPool, PoolSize, StubPool};
 
 /// The fd the stub finds its socket on (`NEREID_STUB_FD`).
 const STUB_FD: i32 = 3;
@@ -40,11 +41,8 @@ pub struct Stub {
     child: Child,
     /// The last lines it wrote to stderr (which go on to the server's).
     stderr: StderrTail,
-    reader: UnixStream,
+    reader: FrameReader,
     writer: Writer,
-    /// Its segments' file prefix (unique per stub, so a restarted stub
-    /// never meets its predecessor's files).
-    prefix: String,
     pub host: Arc<Mutex<HostPool>>,
     pub stub_pool: Arc<Mutex<StubPool>>,
     /// Its custom metrics, by its own numbers.
@@ -77,11 +75,8 @@ static STUBS: AtomicU64 = AtomicU64::new(0);
 impl Stub {
     /// Starts a stub for `model`.
     pub fn spawn(launch: &Launch, model: &str) -> Result<Stub> {
-        let prefix = format!(
-            "nereid_{}_{}_",
-            std::process::id(),
-            STUBS.fetch_add(1, Ordering::Relaxed)
-        );
+        // Its segments' label, in /proc/PID/maps.
+        let label = format!("nereid-{model}-{}-", STUBS.fetch_add(1, Ordering::Relaxed));
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| Error::unavailable(format!("failed to make the stub's socket: {e}")))?;
         let their_fd = theirs.as_raw_fd();
@@ -126,15 +121,15 @@ impl Stub {
         let writer = ours
             .try_clone()
             .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))?;
+        let writer = Arc::new(Mutex::new(writer));
         Ok(Stub {
             child,
             stderr,
-            reader: ours,
-            writer: Arc::new(Mutex::new(writer)),
-            host: Arc::new(Mutex::new(HostPool::new(&prefix, launch.pool))),
-            stub_pool: Arc::new(Mutex::new(StubPool::new(&prefix))),
+            reader: FrameReader::new(ours),
+            host: Arc::new(Mutex::new(HostPool::new(&label, launch.pool, Arc::clone(&writer)))),
+            writer,
+            stub_pool: Arc::new(Mutex::new(StubPool::default())),
             metrics: StubMetrics::default(),
-            prefix,
         })
     }
 
@@ -142,10 +137,6 @@ impl Stub {
     /// batch then goes to a new stub instead of failing on this one.
     pub fn has_exited(&mut self) -> bool {
         !matches!(self.child.try_wait(), Ok(None))
-    }
-
-    pub fn prefix(&self) -> &str {
-        &self.prefix
     }
 
     pub fn writer(&self) -> &Writer {
@@ -157,14 +148,32 @@ impl Stub {
         send(&self.writer, message).map_err(|e| Gone::Exited(format!("could not be written to ({e})")))
     }
 
-    /// The next message, waiting at most `deadline`.
+    /// The next message, waiting at most `deadline`. A new segment of the
+    /// stub's pool is mapped here, before any message can name it.
     pub fn recv(&mut self, deadline: Duration) -> std::result::Result<FromStub, Gone> {
         let started = Instant::now();
+        let until = started + deadline;
+        loop {
+            match self.recv_frame(until.saturating_duration_since(Instant::now()), started)? {
+                FromStub::Segment { seg } => {
+                    let fd = self
+                        .reader
+                        .take_fd()
+                        .ok_or_else(|| Gone::Garbled(format!("segment {seg} came without its descriptor")))?;
+                    self.stub_pool.lock().add(seg, fd).map_err(Gone::Garbled)?;
+                }
+                message => return Ok(message),
+            }
+        }
+    }
+
+    fn recv_frame(&mut self, deadline: Duration, started: Instant) -> std::result::Result<FromStub, Gone> {
         // A zero timeout means "none" to the socket.
         let _ = self
             .reader
+            .socket()
             .set_read_timeout(Some(deadline.max(Duration::from_millis(1))));
-        match protocol::read_frame(&mut self.reader) {
+        match self.reader.read_frame() {
             Ok(Some(message)) => Ok(message),
             Ok(None) => Err(Gone::Exited(self.exit_status())),
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
@@ -236,12 +245,11 @@ impl Stub {
 
 impl Drop for Stub {
     fn drop(&mut self) {
-        let _ = self.reader.shutdown(std::net::Shutdown::Both);
+        let _ = self.reader.socket().shutdown(std::net::Shutdown::Both);
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
-        shm::remove_files(&self.prefix);
     }
 }
 
@@ -297,7 +305,7 @@ impl StderrTail {
 /// Writes one frame through a shared writer.
 pub fn send(writer: &Writer, message: &ToStub) -> io::Result<()> {
     let mut stream = writer.lock();
-    protocol::write_frame(&mut *stream, message)?;
+    channel::write_frame(&mut *stream, message)?;
     stream.flush()
 }
 

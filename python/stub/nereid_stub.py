@@ -160,16 +160,13 @@ class Stub:
             self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
             self.rt.decoupled = self.decoupled
             shm = msg.get("shm") or {}
-            prefix = shm.get("prefix")
-            if not prefix:
-                raise StubFailure("init has no shared-memory prefix")
-            self.rt.host_pool = rt_mod.HostPool(prefix)
+            channel = self.rt.channel
             try:
                 self.rt.stub_pool = rt_mod.StubPool(
-                    prefix,
                     shm.get("default_byte_size", 1 << 20),
                     shm.get("growth_byte_size", 1 << 20),
                     shm.get("limit_byte_size", 1 << 30),
+                    lambda index, fd: channel.send({"op": "segment", "seg": index}, fd),
                 )
             except rt_mod.ShmError as e:
                 raise StubFailure(str(e))
@@ -334,8 +331,6 @@ class Stub:
         self.send(msg)
 
     def _free_inputs(self, reqs):
-        if self.rt.host_pool is None:
-            return
         for r in reqs:
             for d in r.get("inputs") or ():
                 rt_mod.free_host_block(self.rt.host_pool, d)

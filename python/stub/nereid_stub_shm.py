@@ -6,6 +6,7 @@ module and nereid_stub.py use this one, so there is exactly one runtime per
 process (nereid_stub.py runs as __main__, so it must not be imported twice).
 """
 
+import array
 import collections
 import ctypes
 import json
@@ -23,6 +24,9 @@ MAX_FRAME = 64 << 20
 _ALIGN = 64
 _HEADER = 16
 _LIVE, _FREED, _WRAP = 1, 2, 3
+
+# Room for the descriptors one read may bring (a segment frame carries one).
+_FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
 
 _u32 = struct.Struct("<I")
 # One encoder for every frame: json.dumps with options builds a new one per call.
@@ -93,7 +97,9 @@ def lost_connection():
 
 
 class Channel:
-    """One Unix stream socket, framed as 4-byte LE length + JSON.
+    """One Unix stream socket, framed as 4-byte LE length + JSON; a
+    `segment` frame carries a descriptor beside it (SCM_RIGHTS), kept in
+    `fds` in the order they came.
 
     Writes: one lock around each whole frame. Reads: leader/follower. Any
     thread that waits for something only a frame can bring (the main loop
@@ -113,10 +119,12 @@ class Channel:
         self.eof = False
         self._buf = bytearray()
         self._pos = 0
+        self.fds = collections.deque()
 
     # -- writing
 
-    def send(self, obj):
+    def send(self, obj, fd=None):
+        """Sends one frame; with `fd`, that descriptor goes with it."""
         data = _encode(obj).encode("utf-8")
         if len(data) > MAX_FRAME:
             raise ValueError(
@@ -126,7 +134,13 @@ class Channel:
         frame = _u32.pack(len(data)) + data
         with self.wlock:
             try:
-                self.sock.sendall(frame)
+                if fd is None:
+                    self.sock.sendall(frame)
+                else:
+                    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+                    sent = self.sock.sendmsg([frame], rights)
+                    if sent < len(frame):
+                        self.sock.sendall(frame[sent:])
             except OSError as e:
                 eprint("lost the server's socket while sending:", e)
                 lost_connection()
@@ -162,10 +176,21 @@ class Channel:
             if self._pos:
                 del buf[: self._pos]
                 self._pos = 0
-            chunk = self.sock.recv(max(65536, need - avail))
+            chunk = self._recv(max(65536, need - avail))
             if not chunk:
                 return None
             buf += chunk
+
+    def _recv(self, n):
+        chunk, ancillary, flags, _ = self.sock.recvmsg(n, _FDS_SPACE)
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                self.fds.extend(fds)
+        if flags & socket.MSG_CTRUNC:
+            raise ConnectionError("more descriptors came with one message than the protocol allows")
+        return chunk
 
     def _readable_now(self):
         if self._complete_frame_buffered():
@@ -242,10 +267,6 @@ def _align(n):
     return (n + _ALIGN - 1) & ~(_ALIGN - 1)
 
 
-def _shm_path(name):
-    return "/dev/shm/" + name
-
-
 class _Ring:
     """One segment of the stub's pool: blocks go at `head`, reclaimed in
     allocation order once the server has written `freed` into them."""
@@ -305,10 +326,12 @@ class _Ring:
 
 
 class StubPool:
-    """The pool the stub allocates: `<prefix>s<n>`."""
+    """The pool the stub allocates: anonymous memory files, each sent to
+    the server with `announce(index, fd)` as it is made, before any
+    descriptor can name it."""
 
-    def __init__(self, prefix, default_size, growth_size, limit):
-        self.prefix = prefix
+    def __init__(self, default_size, growth_size, limit, announce):
+        self.announce = announce
         self.default_size = max(_ALIGN, int(default_size))
         self.growth_size = max(_ALIGN, int(growth_size))
         self.limit = int(limit)
@@ -328,9 +351,9 @@ class StubPool:
                 % (nbytes, self.total, size, self.limit)
             )
         index = len(self.rings)
-        name = "%ss%d" % (self.prefix, index)
+        name = "nereid-stub-s%d" % index
         try:
-            fd = os.open(_shm_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.memfd_create(name, os.MFD_CLOEXEC)
         except OSError as e:
             raise ShmError("cannot create the shared-memory segment %s: %s" % (name, e))
         try:
@@ -349,15 +372,14 @@ class StubPool:
             mm = mmap.mmap(fd, size)
         except ShmError:
             os.close(fd)
-            try:
-                os.unlink(_shm_path(name))
-            except OSError:
-                pass
             raise
         except OSError as e:
             os.close(fd)
             raise ShmError("cannot size the shared-memory segment %s: %s" % (name, e))
-        os.close(fd)
+        try:
+            self.announce(index, fd)
+        finally:
+            os.close(fd)
         ring = _Ring(index, mm, size)
         self.rings.append(ring)
         self.total += size
@@ -386,29 +408,22 @@ class StubPool:
 
 
 class HostPool:
-    """The server's pool, `<prefix>h<n>`, mapped the first time a
-    descriptor names a segment."""
+    """The server's pool: its segments, mapped as the server announces
+    them (a `segment` frame and its descriptor)."""
 
-    def __init__(self, prefix):
-        self.prefix = prefix
+    def __init__(self):
         self.maps = {}
-        self.lock = threading.Lock()
+
+    def add(self, seg, fd):
+        try:
+            self.maps[seg] = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
 
     def segment(self, seg):
         mm = self.maps.get(seg)
-        if mm is not None:
-            return mm
-        with self.lock:
-            mm = self.maps.get(seg)
-            if mm is None:
-                path = _shm_path("%sh%d" % (self.prefix, seg))
-                fd = os.open(path, os.O_RDWR)
-                try:
-                    size = os.fstat(fd).st_size
-                    mm = mmap.mmap(fd, size)
-                finally:
-                    os.close(fd)
-                self.maps[seg] = mm
+        if mm is None:
+            raise ValueError("the server never announced its segment %r" % (seg,))
         return mm
 
 
@@ -608,7 +623,7 @@ class Runtime:
         self.async_pending = 0
         self.pumper_running = False
         self.stub_pool = None
-        self.host_pool = None
+        self.host_pool = HostPool()
         self.decoupled = False
         self.current = None  # the stub's per-execute bookkeeping (nereid_stub.Execution)
         self._ids = 0
@@ -629,12 +644,18 @@ class Runtime:
             self.calls.clear()
             return
         op = msg.get("op")
-        if op == "bls_response":
+        if op == "segment":
+            fds = self.channel.fds
+            if not fds:
+                eprint("segment", msg.get("seg"), "came without its descriptor")
+                return
+            self.host_pool.add(msg.get("seg"), fds.popleft())
+        elif op == "bls_response":
             call = self.calls.get(msg.get("call"))
             response = msg.get("response")
             if call is None:
                 eprint("a bls_response for an unknown call", msg.get("call"))
-                if isinstance(response, dict) and self.host_pool is not None:
+                if isinstance(response, dict):
                     for d in response.get("outputs") or ():
                         free_host_block(self.host_pool, d)
                 return

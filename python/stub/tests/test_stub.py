@@ -1,7 +1,8 @@
 """Checks of the Python stub against a fake host that speaks
 docs/python-backend.md's protocol: `.venv/bin/python -m pytest python/stub/tests -q`."""
 
-import glob
+import array
+import collections
 import json
 import mmap
 import os
@@ -20,7 +21,6 @@ import pytest
 STUB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUB = os.path.join(STUB_DIR, "nereid_stub.py")
 DTYPES = {"FP32": "<f4", "INT32": "<i4", "INT64": "<i8", "UINT8": "u1", "BOOL": "?", "FP64": "<f8"}
-_counter = [0]
 
 
 def serialize_bytes(items):
@@ -44,15 +44,15 @@ class FakeHost:
     over one segment), and a reader thread queueing the stub's messages."""
 
     def __init__(self, tmp_path, source, config=None, shm=None, bls=None, op="init"):
-        _counter[0] += 1
-        self.prefix = "nereidtest%d_%d_" % (os.getpid(), _counter[0])
         self.hsize = 1 << 20
-        fd = os.open("/dev/shm/%sh0" % self.prefix, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.ftruncate(fd, self.hsize)
-        self.hmm = mmap.mmap(fd, self.hsize)
-        os.close(fd)
+        # One segment, announced with its descriptor before init.
+        self.hfd = os.memfd_create("nereid-test-h0", os.MFD_CLOEXEC)
+        os.ftruncate(self.hfd, self.hsize)
+        self.hmm = mmap.mmap(self.hfd, self.hsize)
         self.hhead = 0
         self.smaps = {}
+        self.rbuf = bytearray()
+        self.fds = collections.deque()
         self.bls = bls  # callable(host, msg) answering bls calls
         self.msgs = queue.Queue()
         model_dir = tmp_path / "m" / "1"
@@ -83,15 +83,21 @@ class FakeHost:
             self.stderr.append(line.decode(errors="replace"))
 
     def _recv_exact(self, n):
-        data = b""
-        while len(data) < n:
+        while len(self.rbuf) < n:
             try:
-                chunk = self.sock.recv(n - len(data))
+                chunk, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(64))
             except OSError:
                 return None
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds = array.array("i")
+                    fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+                    self.fds.extend(fds)
             if not chunk:
                 return None
-            data += chunk
+            self.rbuf += chunk
+        data = bytes(self.rbuf[:n])
+        del self.rbuf[:n]
         return data
 
     def _reader(self):
@@ -101,15 +107,26 @@ class FakeHost:
                 self.msgs.put(None)
                 return
             msg = json.loads(self._recv_exact(struct.unpack("<I", head)[0]))
+            if msg.get("op") == "segment":
+                # The stub's new segment: mapped before any message names it.
+                fd = self.fds.popleft()
+                self.smaps[msg["seg"]] = mmap.mmap(fd, os.fstat(fd).st_size)
+                os.close(fd)
+                continue
             if msg.get("op") == "bls" and self.bls is not None:
                 threading.Thread(target=self.bls, args=(self, msg), daemon=True).start()
                 continue
             self.msgs.put(msg)
 
-    def send(self, msg):
+    def send(self, msg, fd=None):
         data = json.dumps(msg).encode()
+        frame = struct.pack("<I", len(data)) + data
         with self.wlock:
-            self.sock.sendall(struct.pack("<I", len(data)) + data)
+            if fd is None:
+                self.sock.sendall(frame)
+            else:
+                rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+                assert self.sock.sendmsg([frame], rights) == len(frame)
 
     def recv(self, timeout=10):
         try:
@@ -146,7 +163,8 @@ class FakeHost:
             "model_version": "1",
             "model_name": "m",
         }
-        self.send({"op": "init", "model_file": self.model_file, "args": args, "shm": dict(self.shm, prefix=self.prefix)})
+        self.send({"op": "segment", "seg": 0}, self.hfd)
+        self.send({"op": "init", "model_file": self.model_file, "args": args, "shm": self.shm})
         return self.expect(expect)
 
     # -- host pool
@@ -174,10 +192,6 @@ class FakeHost:
         return struct.unpack_from("<I", self.hmm, desc["off"] - 16)[0]
 
     def smap(self, seg):
-        if seg not in self.smaps:
-            fd = os.open("/dev/shm/%ss%d" % (self.prefix, seg), os.O_RDWR)
-            self.smaps[seg] = mmap.mmap(fd, os.fstat(fd).st_size)
-            os.close(fd)
         return self.smaps[seg]
 
     def get(self, desc, free=True):
@@ -221,8 +235,7 @@ class FakeHost:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        for path in glob.glob("/dev/shm/%s*" % self.prefix):
-            os.unlink(path)
+        os.close(self.hfd)
 
 
 @pytest.fixture
@@ -305,7 +318,7 @@ def test_add_sub_frees_inputs_and_reuses_its_ring(host_factory):
         for d in descs:
             assert h.host_state(d) == 2, "an input block was not freed"
     # 200 rounds of 4 blocks of 80 bytes went through a 4 KiB ring: no growth.
-    assert not os.path.exists("/dev/shm/%ss1" % h.prefix)
+    assert list(h.smaps) == [0]
     h.send({"op": "finalize"})
     h.expect("finalized")
     assert h.proc.wait(timeout=10) == 0
@@ -573,9 +586,9 @@ def test_pool_growth_and_limit(host_factory):
     r = run(3000)
     assert r["outputs"][0]["seg"] == 0
     r = run(3000)  # s0 is still held by the first output: grows s1 of 8192
-    assert r["outputs"][0]["seg"] == 1 and os.path.getsize("/dev/shm/%ss1" % h.prefix) == 8192
+    assert r["outputs"][0]["seg"] == 1 and len(h.smaps[1]) == 8192
     r = run(20000)  # bigger than the growth size: a segment of its size
-    assert r["outputs"][0]["seg"] == 2 and os.path.getsize("/dev/shm/%ss2" % h.prefix) >= 20016
+    assert r["outputs"][0]["seg"] == 2 and len(h.smaps[2]) >= 20016
     r = run(5000)  # fits behind the first block of s1
     assert r["outputs"][0]["seg"] == 1 and r["outputs"][0]["off"] == 3072 + 16
     r = run(6000)
@@ -794,32 +807,34 @@ def test_stub_pool_never_overlaps_live_blocks():
     import random
     import nereid_stub_shm as shm
 
-    prefix = "nereidtest%d_pool_" % os.getpid()
-    pool = shm.StubPool(prefix, 8192, 4096, 1 << 20)
-    try:
-        rng = random.Random(7)
-        live = []  # (seg, off, n)
-        for step in range(20000):
-            if live and rng.random() < 0.5:
-                k = 0 if rng.random() < 0.7 else rng.randrange(len(live))
-                seg, off, n = live.pop(k)
-                struct.pack_into("<I", pool.rings[seg].mm, off - 16, 2)
-                continue
-            n = rng.choice([1, 17, 100, 500, 1500, 3000])
-            seg, off, mm = pool.alloc(n)
-            assert (off - 16) % 64 == 0 and off + n <= pool.rings[seg].size
-            assert struct.unpack_from("<IIQ", mm, off - 16) == (1, 0, n)
-            for s2, o2, n2 in live:
-                if s2 == seg:
-                    assert off + n <= o2 - 16 or o2 + n2 <= off - 16, "overlap"
-            live.append((seg, off, n))
-        for seg, off, n in live:
+    announced = []
+
+    def announce(index, fd):
+        announced.append((index, os.fstat(fd).st_size))
+
+    pool = shm.StubPool(8192, 4096, 1 << 20, announce)
+    rng = random.Random(7)
+    live = []  # (seg, off, n)
+    for step in range(20000):
+        if live and rng.random() < 0.5:
+            k = 0 if rng.random() < 0.7 else rng.randrange(len(live))
+            seg, off, n = live.pop(k)
             struct.pack_into("<I", pool.rings[seg].mm, off - 16, 2)
-        total = pool.total
-        for step in range(5000):  # with everything given back, nothing grows
-            seg, off, mm = pool.alloc(rng.choice([1, 500, 3000]))
-            struct.pack_into("<I", mm, off - 16, 2)
-        assert pool.total == total
-    finally:
-        for path in glob.glob("/dev/shm/%s*" % prefix):
-            os.unlink(path)
+            continue
+        n = rng.choice([1, 17, 100, 500, 1500, 3000])
+        seg, off, mm = pool.alloc(n)
+        assert (off - 16) % 64 == 0 and off + n <= pool.rings[seg].size
+        assert struct.unpack_from("<IIQ", mm, off - 16) == (1, 0, n)
+        for s2, o2, n2 in live:
+            if s2 == seg:
+                assert off + n <= o2 - 16 or o2 + n2 <= off - 16, "overlap"
+        live.append((seg, off, n))
+    for seg, off, n in live:
+        struct.pack_into("<I", pool.rings[seg].mm, off - 16, 2)
+    total = pool.total
+    for step in range(5000):  # with everything given back, nothing grows
+        seg, off, mm = pool.alloc(rng.choice([1, 500, 3000]))
+        struct.pack_into("<I", mm, off - 16, 2)
+    assert pool.total == total
+    # Each segment was announced once, in order, with its size.
+    assert announced == [(i, ring.size) for i, ring in enumerate(pool.rings)]
