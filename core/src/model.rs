@@ -39,6 +39,9 @@ use crate::trace::RequestTrace;
 pub struct Model {
     name: String,
     version: i64,
+    /// The model's folder (a local copy of an object-storage one): what
+    /// front ends read beside the config (a chat template).
+    dir: std::path::PathBuf,
     config: Arc<ModelConfig>,
     scheduler: Scheduler,
     statistics: Arc<ModelStatistics>,
@@ -102,6 +105,7 @@ impl Model {
         Ok(Model {
             name: name.to_string(),
             version,
+            dir: model_dir.to_path_buf(),
             config,
             scheduler,
             labels,
@@ -125,6 +129,11 @@ impl Model {
 
     pub fn version(&self) -> i64 {
         self.version
+    }
+
+    /// The model's folder in the repository (or its local copy).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     pub fn config(&self) -> &Arc<ModelConfig> {

@@ -22,6 +22,7 @@ pub mod generate;
 mod infer;
 pub mod infer_codec;
 pub mod json_tensor;
+mod openai;
 mod port;
 mod repository;
 pub mod request_json;
@@ -73,6 +74,8 @@ pub(crate) struct AppState(Arc<AppStateInner>);
 pub(crate) struct AppStateInner {
     server: Arc<InferenceServer>,
     options: HttpOptions,
+    /// The OpenAI API's text generation metrics.
+    text_metrics: openai::TextMetrics,
 }
 
 impl std::ops::Deref for AppState {
@@ -90,7 +93,12 @@ pub(crate) type HandlerResult = Result<Response, HttpError>;
 /// until its answer has been sent.
 pub fn service(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc<InFlight>) -> PortService {
     let gauge = options.metrics.in_flight("http");
-    let state = AppState(Arc::new(AppStateInner { server, options }));
+    let text_metrics = openai::TextMetrics::new(options.metrics.registry());
+    let state = AppState(Arc::new(AppStateInner {
+        server,
+        options,
+        text_metrics,
+    }));
     PortService::new(state.clone(), router(state), in_flight, gauge)
 }
 
@@ -150,7 +158,8 @@ fn router(state: AppState) -> Router {
                 .route(
                     "/v2/models/{model}/versions/{version}/generate_stream",
                     post(generate::generate_stream),
-                ),
+                )
+                .merge(openai::routes()),
         ))
         .merge(group(
             ApiGroup::ModelRepository,

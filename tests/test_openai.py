@@ -1,0 +1,215 @@
+"""The OpenAI-compatible API, with the real `openai` client, on a Python
+text generator with the inputs and outputs of Triton's vLLM backend
+(tests/python_models/text_generator): models, completions and chat,
+streamed and whole, usage, stop strings, errors, metrics, and a client
+that goes away mid-stream."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+import helpers
+
+TEST_MODELS = Path(__file__).resolve().parent / "python_models"
+
+IDENTITY = """name: "identity_int32"
+backend: "identity"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 4 ] } ]
+"""
+
+
+def _copy_generator(repo: Path, name: str, delay_ms: int = 0) -> Path:
+    folder = repo / name
+    shutil.copytree(TEST_MODELS / "text_generator", folder)
+    config = (folder / "config.pbtxt").read_text()
+    config = config.replace('name: "text_generator"', f'name: "{name}"')
+    config = config.replace('string_value: "0"', f'string_value: "{delay_ms}"')
+    (folder / "config.pbtxt").write_text(config)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("openai") / "models"
+    repo.mkdir()
+    _copy_generator(repo, "text_generator")
+    _copy_generator(repo, "slow_generator", delay_ms=30)
+    chat = _copy_generator(repo, "chat_generator")
+    (chat / "chat_template.jinja").write_text(
+        "{% for m in messages %}[{{ m.role | upper }}] {{ m.content.strip() }}\n{% endfor %}[ASSISTANT]"
+    )
+    (repo / "identity_int32" / "1").mkdir(parents=True)
+    (repo / "identity_int32" / "config.pbtxt").write_text(IDENTITY)
+    logs = tmp_path_factory.mktemp("openai-logs")
+    srv = helpers.NereidServer(
+        [repo], ["--model-control-mode", "none", "--exit-timeout-secs", "10"], log_path=logs / "server.log"
+    ).start()
+    yield srv
+    srv.stop_and_check()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _metrics(server) -> dict:
+    text = requests.get(server.metrics_url, timeout=10).text
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _sample(families: dict, family: str, suffix: str = "", **labels) -> float:
+    for sample in families[family].samples:
+        if sample.name == family + suffix and all(sample.labels.get(k) == v for k, v in labels.items()):
+            return sample.value
+    raise AssertionError(f"no {family}{suffix} with {labels}")
+
+
+def test_models_lists_the_text_models(client):
+    ids = {m.id for m in client.models.list().data}
+    assert {"text_generator", "slow_generator", "chat_generator"} <= ids
+    assert "identity_int32" not in ids, "a model without text_input/text_output is not listed"
+
+
+def test_a_completion_streamed_equals_the_whole_one_for_the_same_seed(client):
+    args = dict(model="text_generator", prompt="The boats", max_tokens=12, seed=11, temperature=0.8)
+    whole = client.completions.create(**args)
+    choice = whole.choices[0]
+    assert choice.finish_reason == "length"
+    assert whole.usage.completion_tokens == 12
+    assert whole.usage.prompt_tokens > 0
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + 12
+    assert whole.object == "text_completion" and whole.model == "text_generator"
+
+    chunks = list(client.completions.create(**args, stream=True, stream_options={"include_usage": True}))
+    texts = [c.choices[0].text for c in chunks if c.choices]
+    assert len([t for t in texts if t]) > 1, "the text came in pieces"
+    assert "".join(texts) == choice.text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage is not None and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+
+    # Another seed, another text.
+    other = client.completions.create(**{**args, "seed": 12})
+    assert other.choices[0].text != choice.text
+
+
+def test_a_chat_uses_the_models_template_and_streams_the_same_answer(client, server):
+    messages = [
+        {"role": "system", "content": "  Be brief.  "},
+        {"role": "user", "content": "Tell me about the harbour."},
+    ]
+    whole = client.chat.completions.create(model="chat_generator", messages=messages, max_tokens=10, seed=3)
+    answer = whole.choices[0].message
+    assert answer.role == "assistant" and answer.content
+    assert whole.object == "chat.completion"
+    assert whole.usage.completion_tokens == 10
+    # The prompt the model saw is the template's rendering.
+    rendered = '"[SYSTEM] Be brief.\\n[USER] Tell me about the harbour.\\n[ASSISTANT]"'
+    deadline = time.monotonic() + 10
+    while f"text_generator prompt: {rendered}" not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"text_generator prompt: {rendered}" in server.output()
+
+    chunks = list(
+        client.chat.completions.create(model="chat_generator", messages=messages, max_tokens=10, seed=3, stream=True)
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == answer.content
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+
+    # Without a template of its own, the documented default.
+    client.chat.completions.create(model="text_generator", messages=messages[1:], max_tokens=2)
+    default = '"<|user|>\\nTell me about the harbour.\\n<|assistant|>\\n"'
+    deadline = time.monotonic() + 10
+    while f"text_generator prompt: {default}" not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"text_generator prompt: {default}" in server.output()
+
+
+def test_a_stop_string_ends_the_text_before_it(client):
+    args = dict(model="text_generator", prompt="The harbour", max_tokens=40, temperature=0)
+    full = client.completions.create(**args).choices[0].text
+    words = re.findall(r" \w+", full)
+    assert words, full
+    stop = words[len(words) // 2]
+    cut = full.index(stop)
+    stopped = client.completions.create(**args, stop=[stop]).choices[0]
+    assert (stopped.text, stopped.finish_reason) == (full[:cut], "stop")
+    streamed = client.completions.create(**args, stop=stop, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == full[:cut]
+
+
+def test_bad_requests_get_openais_errors(client, server):
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.completions.create(model="no_such_model", prompt="x")
+    assert missing.value.code == "model_not_found" and "no_such_model" in missing.value.message
+    with pytest.raises(openai.BadRequestError) as not_text:
+        client.completions.create(model="identity_int32", prompt="x")
+    assert "text_input" in not_text.value.message
+    with pytest.raises(openai.BadRequestError) as two:
+        client.completions.create(model="text_generator", prompt="x", n=2)
+    assert two.value.param == "n"
+    with pytest.raises(openai.BadRequestError) as batch:
+        client.completions.create(model="text_generator", prompt=["a", "b"])
+    assert batch.value.param == "prompt"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="text_generator", messages=[])
+    answer = requests.post(f"{server.base_url}/v1/completions", data=b"{not json", timeout=10)
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert error["type"] == "invalid_request_error" and "not a valid request" in error["message"]
+
+
+def test_a_client_that_goes_away_stops_the_generation(server, client):
+    def generated() -> float:
+        return _sample(_metrics(server), "text_generator_tokens", "_total", model="slow_generator")
+
+    before = generated() if "text_generator_tokens" in _metrics(server) else 0.0
+    # 30 ms a token: 2000 tokens would take a minute.
+    stream = client.completions.create(model="slow_generator", prompt="The", max_tokens=2000, stream=True)
+    received = 0
+    for chunk in stream:
+        received += 1
+        if received == 3:
+            break
+    stream.close()
+    time.sleep(1.0)
+    stopped_at = generated()
+    time.sleep(1.0)
+    assert generated() == stopped_at, "the model went on generating for nobody"
+    assert stopped_at - before < 200, (before, stopped_at)
+
+
+def test_concurrent_streams_all_complete_and_are_measured(server, client):
+    results = {}
+
+    def ask(i: int) -> None:
+        chunks = client.completions.create(
+            model="text_generator", prompt="The town", max_tokens=8, seed=i, stream=True
+        )
+        results[i] = "".join(c.choices[0].text for c in chunks)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(results) == list(range(12)) and all(results.values())
+
+    families = _metrics(server)
+    assert _sample(families, "nv_llm_time_to_first_token_seconds", "_count", model="text_generator") >= 12
+    assert _sample(families, "nv_llm_inter_token_latency_seconds", "_count", model="text_generator") > 0
+    assert _sample(families, "nv_llm_generation_tokens", "_total", model="text_generator") >= 12 * 8
+    assert _sample(families, "nv_llm_prompt_tokens", "_total", model="text_generator") > 0
