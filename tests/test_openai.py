@@ -2,12 +2,15 @@
 text generator with the inputs and outputs of Triton's vLLM backend
 (tests/python_models/text_generator): models, completions and chat,
 streamed and whole, usage, stop strings, errors, metrics, and a client
-that goes away mid-stream."""
+that goes away mid-stream; directly and through nereid-gateway."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -62,6 +65,41 @@ def server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(server):
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def gateway(server):
+    """nereid-gateway on loopback in front of the server, with static
+    endpoints: chat_generator in namespace ml, the others in default."""
+    binary = helpers.server_binary().parent / "nereid-gateway"
+    pod = f"{server.http_url},{server.grpc_url}"
+    command = [str(binary), "--address", "127.0.0.1", "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    for model in ("text_generator", "slow_generator", "ml/chat_generator"):
+        command += ["--endpoint", f"{model}={pod}"]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=dict(os.environ, NO_COLOR="1"))
+    lines = []
+    address = None
+    deadline = time.monotonic() + 30
+    while address is None and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        address = re.search(r"listening http=(\S+)", line)
+    assert address, "nereid-gateway did not start:\n" + "".join(lines)
+    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+    yield address.group(1)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def via_gateway(gateway):
+    return openai.OpenAI(base_url=f"http://{gateway}/v1", api_key="unused", max_retries=0, timeout=60)
 
 
 def _metrics(server) -> dict:
@@ -213,3 +251,55 @@ def test_concurrent_streams_all_complete_and_are_measured(server, client):
     assert _sample(families, "nv_llm_inter_token_latency_seconds", "_count", model="text_generator") > 0
     assert _sample(families, "nv_llm_generation_tokens", "_total", model="text_generator") >= 12 * 8
     assert _sample(families, "nv_llm_prompt_tokens", "_total", model="text_generator") > 0
+
+
+def test_the_gateway_routes_by_the_bodys_model_and_keeps_streams_open(client, via_gateway):
+    ids = {m.id for m in via_gateway.models.list().data}
+    assert {"text_generator", "slow_generator", "chat_generator"} <= ids
+    args = dict(model="text_generator", prompt="The lighthouse", max_tokens=10, seed=5)
+    direct = client.completions.create(**args)
+    routed = via_gateway.completions.create(**args)
+    assert routed.choices[0].text == direct.choices[0].text
+    assert routed.usage.model_dump() == direct.usage.model_dump()
+    streamed = via_gateway.completions.create(**args, stream=True)
+    assert "".join(c.choices[0].text for c in streamed) == direct.choices[0].text
+    # Another namespace: named ns/name, sent to the pod by its plain name.
+    messages = [{"role": "user", "content": "Hello"}]
+    chat = via_gateway.chat.completions.create(model="ml/chat_generator", messages=messages, max_tokens=4, seed=1)
+    assert chat.choices[0].message.content == client.chat.completions.create(
+        model="chat_generator", messages=messages, max_tokens=4, seed=1
+    ).choices[0].message.content
+    with pytest.raises(openai.NotFoundError):
+        via_gateway.completions.create(model="no_such_model", prompt="x")
+    with pytest.raises(openai.BadRequestError):
+        via_gateway.completions.create(model="", prompt="x")
+
+
+def test_streams_through_the_gateway_all_complete_and_a_disconnect_still_stops_the_model(server, via_gateway):
+    results = {}
+
+    def ask(i: int) -> None:
+        chunks = via_gateway.completions.create(
+            model="text_generator", prompt="The sea", max_tokens=6, seed=i, stream=True
+        )
+        results[i] = "".join(c.choices[0].text for c in chunks)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(results) == list(range(24)) and all(results.values())
+
+    def generated() -> float:
+        return _sample(_metrics(server), "text_generator_tokens", "_total", model="slow_generator")
+
+    stream = via_gateway.completions.create(model="slow_generator", prompt="The", max_tokens=2000, stream=True)
+    for received, _ in enumerate(stream, start=1):
+        if received == 3:
+            break
+    stream.close()
+    time.sleep(1.0)
+    stopped_at = generated()
+    time.sleep(1.0)
+    assert generated() == stopped_at, "the model went on generating after the client left the gateway"

@@ -13,6 +13,11 @@
 //! is refused with 401 and `www-authenticate: Bearer` once its head is
 //! read, before its body.
 //!
+//! The OpenAI API's completions and chat completions are routed by their
+//! body's `model` (`namespace/name` names another namespace, and the pod
+//! gets the plain name); `/v1/models` lists the models the request may
+//! reach, from discovery, as the repository index does.
+//!
 //! Only a model's data plane is forwarded (metadata, ready, config, stats,
 //! infer, generate, generate_stream: [`model_name::ModelCall`]), as on the
 //! gRPC port; Triton's endpoints about one server (trace and log settings,
@@ -30,7 +35,7 @@ use serde_json::json;
 use crate::authorize::Refused;
 use crate::forward::{Forward, ForwardError, Payload};
 use crate::metrics::Failure;
-use crate::model_name::{self, HttpRoute, PathError};
+use crate::model_name::{self, HttpRoute, OpenAiCall, PathError};
 use crate::registry::RouteError;
 use crate::reply_body::Reply;
 use crate::request_body::{ReadError, read_while};
@@ -55,7 +60,98 @@ pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<
         HttpRoute::Model { name, .. } => per_model(&gateway, request, name, started).await,
         HttpRoute::Server => server(&gateway, request, started).await,
         HttpRoute::Repository => repository(&gateway, request).await,
+        HttpRoute::OpenAi(OpenAiCall::Models) => openai_models(&gateway, &request),
+        HttpRoute::OpenAi(OpenAiCall::Generate) => openai_generate(&gateway, request, started).await,
     })
+}
+
+/// `GET /v1/models`: the ready models the request may reach (the gateway
+/// cannot tell text models from others: a pod's own list has only those).
+fn openai_models(gateway: &Gateway, request: &Request<Incoming>) -> Response<Reply> {
+    let data: Vec<serde_json::Value> = gateway
+        .index(request.headers())
+        .into_iter()
+        .filter(|entry| entry.ready)
+        .map(|entry| json!({"id": entry.name, "object": "model", "created": 0, "owned_by": "nereid"}))
+        .collect();
+    json_reply(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+/// The OpenAI API's error body.
+fn openai_error(status: StatusCode, message: &str, param: Option<&str>) -> Response<Reply> {
+    json_reply(
+        status,
+        &json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}}),
+    )
+}
+
+/// A completion or chat completion: read whole (it is JSON text), routed by
+/// its `model`, forwarded as it came unless that name had to lose its
+/// namespace.
+async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started: Instant) -> Response<Reply> {
+    let (parts, body) = request.into_parts();
+    if parts.method != Method::POST {
+        return openai_error(StatusCode::METHOD_NOT_ALLOWED, "completions are POST requests", None);
+    }
+    let limits = gateway.limits.body();
+    let mut charge = gateway.charge();
+    let chunks = match read_while(body, limits, &mut charge, |_, _| true).await {
+        Ok((chunks, _)) => chunks,
+        Err(error) => return read_failure(gateway, &error),
+    };
+    let mut json: serde_json::Value = match serde_json::from_slice(&chunks.concat()) {
+        Ok(json) => json,
+        Err(error) => {
+            gateway.metrics.failed("", Failure::BadRequest);
+            return openai_error(
+                StatusCode::BAD_REQUEST,
+                &format!("the request body is not JSON: {error}"),
+                None,
+            );
+        }
+    };
+    let named = json.get("model").and_then(serde_json::Value::as_str);
+    let Some(name) = named.filter(|name| !name.is_empty()).map(str::to_string) else {
+        gateway.metrics.failed("", Failure::BadRequest);
+        return openai_error(StatusCode::BAD_REQUEST, "the request names no 'model'", Some("model"));
+    };
+    let namespace = parts.headers.get(NAMESPACE_HEADER).and_then(|v| v.to_str().ok());
+    let requested = match namespace {
+        Some(namespace) if !name.contains('/') => format!("{namespace}/{name}"),
+        _ => name.clone(),
+    };
+    let requested = match gateway.admit(requested, &parts.headers) {
+        Ok(requested) => requested,
+        Err(refused) => return refusal(refused),
+    };
+    // The pod knows the model by its plain name.
+    let chunks = match name.split_once('/') {
+        Some((_, plain)) => {
+            json["model"] = serde_json::Value::String(plain.to_string());
+            vec![bytes::Bytes::from(json.to_string())]
+        }
+        None => chunks,
+    };
+    let mut headers = parts.headers;
+    if name.contains('/') {
+        let length: usize = chunks.iter().map(bytes::Bytes::len).sum();
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        headers.remove(header::CONTENT_ENCODING);
+    }
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let forward = Forward {
+        protocol: Protocol::Http,
+        model: &requested,
+        method: parts.method,
+        path,
+        headers,
+        body: Payload::Whole(chunks),
+        started,
+    };
+    gateway
+        .forward(forward)
+        .await
+        .unwrap_or_else(|error| forward_failure(&error))
 }
 
 async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, started: Instant) -> Response<Reply> {

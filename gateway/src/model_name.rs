@@ -1,6 +1,7 @@
 //! Which model a request is for, read without decoding the request.
 //!
-//! HTTP/REST names the model in the path. A gRPC request names it in field
+//! HTTP/REST names the model in the path (the OpenAI API's in its JSON
+//! body's `model`, read by the HTTP port). A gRPC request names it in field
 //! 1 of its message (`model_name` of ModelInferRequest, `name` of the
 //! ready, metadata, config and statistics requests), so the gateway reads
 //! the message's top-level fields just far enough to find that one string,
@@ -23,6 +24,18 @@ pub enum HttpRoute {
     Server,
     /// `/v2/repository/...`: the gateway's own answer.
     Repository,
+    /// The OpenAI API (`/v1/...`).
+    OpenAi(OpenAiCall),
+}
+
+/// The OpenAI API's calls the HTTP port serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenAiCall {
+    /// `GET /v1/models`: the gateway's own answer, from discovery.
+    Models,
+    /// `POST /v1/completions`, `POST /v1/chat/completions`: routed by the
+    /// body's `model`.
+    Generate,
 }
 
 /// The calls about one model that the HTTP port forwards: KServe v2's
@@ -64,7 +77,10 @@ impl ModelCall {
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum PathError {
-    #[error("the gateway serves the KServe v2 API only (paths under /v2), not {0:?}")]
+    #[error(
+        "the gateway serves the KServe v2 API (paths under /v2) and the OpenAI API's /v1/models, \
+         /v1/completions and /v1/chat/completions, not {0:?}"
+    )]
     NotV2(String),
     #[error("no model name in {0:?}")]
     NoModel(String),
@@ -83,6 +99,11 @@ pub enum PathError {
 
 /// The route of `path` (the query already removed).
 pub fn from_http_path(path: &str) -> Result<HttpRoute, PathError> {
+    match path.trim_end_matches('/') {
+        "/v1/models" => return Ok(HttpRoute::OpenAi(OpenAiCall::Models)),
+        "/v1/completions" | "/v1/chat/completions" => return Ok(HttpRoute::OpenAi(OpenAiCall::Generate)),
+        _ => {}
+    }
     let Some(rest) = path
         .strip_prefix("/v2")
         .filter(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -244,6 +265,11 @@ mod tests {
         assert_eq!(from_http_path("/v2"), Ok(HttpRoute::Server));
         assert_eq!(from_http_path("/v2/health/ready"), Ok(HttpRoute::Server));
         assert_eq!(from_http_path("/v2/repository/index"), Ok(HttpRoute::Repository));
+        assert_eq!(from_http_path("/v1/models"), Ok(HttpRoute::OpenAi(OpenAiCall::Models)));
+        for path in ["/v1/completions", "/v1/chat/completions"] {
+            assert_eq!(from_http_path(path), Ok(HttpRoute::OpenAi(OpenAiCall::Generate)));
+        }
+        assert!(matches!(from_http_path("/v1/embeddings"), Err(PathError::NotV2(_))));
         assert!(matches!(from_http_path("/metrics"), Err(PathError::NotV2(_))));
         assert!(matches!(from_http_path("/v2x/models/a"), Err(PathError::NotV2(_))));
         assert!(matches!(from_http_path("/v2/models/"), Err(PathError::NoModel(_))));
