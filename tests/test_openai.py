@@ -284,12 +284,12 @@ def test_streams_through_the_gateway_all_complete_and_a_disconnect_still_stops_t
         )
         results[i] = "".join(c.choices[0].text for c in chunks)
 
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(24)]
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(100)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=120)
-    assert sorted(results) == list(range(24)) and all(results.values())
+    assert sorted(results) == list(range(100)) and all(results.values())
 
     def generated() -> float:
         return _sample(_metrics(server), "text_generator_tokens", "_total", model="slow_generator")
