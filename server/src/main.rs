@@ -241,9 +241,9 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
         );
     }
     server.manager().unload_all();
-    // Unloaded models' instances end on their own threads; a Python
-    // model's finalize runs there, and its stub must exit and give back
-    // its shared memory before this process does.
+    // Unloaded models' instances end on their own threads: a Python
+    // model's finalize runs there, and its stub must have exited before
+    // this process does.
     let exit_timeout = Duration::from_secs(args.exit_timeout_secs);
     let stopped =
         tokio::task::spawn_blocking(move || nereid_core::instance_pool::wait_for_instances(exit_timeout)).await;

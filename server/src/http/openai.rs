@@ -135,7 +135,8 @@ async fn completions(State(s): State<AppState>, headers: HeaderMap, body: Body) 
         ));
     }
     let prompt = prompts.pop().expect("one prompt");
-    generate(&s, Kind::Completion, request.model, prompt, request.sampling).await
+    let model = find(&s, &request.model)?;
+    generate(&s, Kind::Completion, &model, prompt, request.sampling).await
 }
 
 /// `POST /v1/chat/completions`.
@@ -157,7 +158,7 @@ async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: B
     let prompt = tokio::task::spawn_blocking(move || ChatTemplate::of_model(&dir)?.render(&messages))
         .await
         .map_err(|e| Error::internal(format!("rendering the chat template failed: {e}")))??;
-    generate(&s, Kind::Chat, request.model, prompt, request.sampling).await
+    generate(&s, Kind::Chat, &model, prompt, request.sampling).await
 }
 
 /// The request body as `T`, within the port's body limits.
@@ -177,8 +178,12 @@ fn find(s: &AppState, name: &str) -> std::result::Result<Arc<crate::model::Model
         ),
         _ => OpenAiError::from(e),
     })?;
-    TextModel::of(model.config()).map_err(|why| OpenAiError::about("model", Error::invalid(why)))?;
+    TextModel::of(model.config()).map_err(not_text)?;
     Ok(model)
+}
+
+fn not_text(why: String) -> OpenAiError {
+    OpenAiError::about("model", Error::invalid(why))
 }
 
 /// Which endpoint: they differ only in their JSON.
@@ -189,7 +194,13 @@ enum Kind {
 }
 
 /// Runs `prompt` on the model and answers, streamed or whole.
-async fn generate(s: &AppState, kind: Kind, model_name: String, prompt: String, sampling: Sampling) -> OpenAiResult {
+async fn generate(
+    s: &AppState,
+    kind: Kind,
+    model: &crate::model::Model,
+    prompt: String,
+    sampling: Sampling,
+) -> OpenAiResult {
     if sampling
         .logprobs
         .as_ref()
@@ -207,8 +218,7 @@ async fn generate(s: &AppState, kind: Kind, model_name: String, prompt: String, 
             Error::invalid("'n' must be 1: one choice per request"),
         ));
     }
-    let model = find(s, &model_name)?;
-    let text = TextModel::of(model.config()).map_err(|why| OpenAiError::about("model", Error::invalid(why)))?;
+    let text = TextModel::of(model.config()).map_err(not_text)?;
     let params = Params {
         max_tokens: sampling.max_tokens.or(sampling.max_completion_tokens),
         temperature: sampling.temperature,
@@ -237,7 +247,7 @@ async fn generate(s: &AppState, kind: Kind, model_name: String, prompt: String, 
         id,
         kind,
         created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        model: model_name,
+        model: model.name().to_string(),
         include_usage: sampling.stream_options.is_some_and(|o| o.include_usage),
         reports_tokens: text.reports_tokens(),
         max_tokens: params.max_tokens,
@@ -248,6 +258,7 @@ async fn generate(s: &AppState, kind: Kind, model_name: String, prompt: String, 
         started: Instant::now(),
         last: None,
         metrics: s.text_metrics.for_model(model.name(), model.version()),
+        counted: false,
     };
     if sampling.stream {
         let events = stream(responses, generation);
@@ -283,6 +294,8 @@ struct Generation {
     /// When the last text came.
     last: Option<Instant>,
     metrics: metrics::ModelTextMetrics,
+    /// Whether its tokens are in the metrics yet.
+    counted: bool,
 }
 
 impl Generation {
@@ -331,8 +344,12 @@ impl Generation {
         }
     }
 
-    /// Counts the finished request in the metrics.
-    fn finish(&self) {
+    /// Counts the request's tokens in the metrics, once: when it ends, or
+    /// when its client goes away (the stream is dropped).
+    fn finish(&mut self) {
+        if std::mem::replace(&mut self.counted, true) {
+            return;
+        }
         let generated = match self.reports_tokens {
             true => self.usage.completion_tokens,
             false => self.pieces,
@@ -372,7 +389,7 @@ impl Generation {
     }
 
     /// The last events: the finish reason, the usage when asked for, `[DONE]`.
-    fn end(&self) -> Bytes {
+    fn end(&mut self) -> Bytes {
         self.finish();
         let mut out = event(&self.chunk("", Some(&self.finish_reason())));
         if self.include_usage {
@@ -387,7 +404,7 @@ impl Generation {
     }
 
     /// The whole answer.
-    fn answer(&self) -> serde_json::Value {
+    fn answer(&mut self) -> serde_json::Value {
         self.finish();
         let reason = self.finish_reason();
         let choice = match self.kind {
@@ -401,6 +418,12 @@ impl Generation {
             "id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
             "choices": [choice], "usage": self.usage(),
         })
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 
