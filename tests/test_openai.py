@@ -229,6 +229,16 @@ def test_a_client_that_goes_away_stops_the_generation(server, client):
     assert generated() == stopped_at, "the model went on generating for nobody"
     assert stopped_at - before < 200, (before, stopped_at)
 
+    # A client that gives up on a whole answer: the model, which sends
+    # nothing until its end, learns of it all the same.
+    impatient = client.with_options(timeout=0.5)
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(model="slow_generator", prompt="The", max_tokens=2000)
+    time.sleep(1.0)
+    stopped_at = generated()
+    time.sleep(1.0)
+    assert generated() == stopped_at, "the model went on generating a whole answer for nobody"
+
 
 def test_concurrent_streams_all_complete_and_are_measured(server, client):
     results = {}

@@ -233,11 +233,28 @@ fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSi
     let mut executed = false;
     let mut ended = vec![false; count];
     let mut told_cancelled = vec![false; count];
+    let mut looked = Instant::now();
     loop {
         if executed && ended.iter().all(|e| *e) {
             return Ok(());
         }
-        let message = stub.recv(shared.execute_timeout)?;
+        // The stub is told of a client that has gone (its model's
+        // is_cancelled() turns true) every CANCEL_POLL, whatever the stub
+        // sends meanwhile, not only when a response to it fails: a model
+        // that answers once, at the end, can stop early.
+        let waiting = Instant::now();
+        let message = loop {
+            if looked.elapsed() >= CANCEL_POLL {
+                tell_cancelled(stub, sink, &sent, &ended, &mut told_cancelled)?;
+                looked = Instant::now();
+            }
+            let left = shared.execute_timeout.saturating_sub(waiting.elapsed());
+            match stub.recv(CANCEL_POLL.min(left)) {
+                Err(Gone::Silent(_)) if !left.is_zero() => {}
+                Err(Gone::Silent(_)) => return Err(Gone::Silent(waiting.elapsed())),
+                received => break received?,
+            }
+        };
         match message {
             FromStub::Executed { responses, error } => {
                 executed = true;
@@ -294,12 +311,7 @@ fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSi
                 if flags & FINAL != 0 {
                     ended[request] = true;
                 }
-                for (i, told) in told_cancelled.iter_mut().enumerate() {
-                    if !*told && !ended[i] && sink.is_cancelled(sent[i]) {
-                        *told = true;
-                        stub.send(&ToStub::Cancelled { request: i })?;
-                    }
-                }
+                tell_cancelled(stub, sink, &sent, &ended, &mut told_cancelled)?;
             }
             FromStub::Bls(call) => {
                 let inputs: Result<Vec<Tensor>> = call.inputs.iter().map(|d| take(stub, d)).collect();
@@ -324,6 +336,27 @@ fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSi
             }
         }
     }
+}
+
+/// How often a waiting instance looks for requests whose clients have gone.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
+/// Tells the stub, once each, of the running requests whose clients have
+/// gone away.
+fn tell_cancelled(
+    stub: &Stub,
+    sink: &dyn ResponseSink,
+    sent: &[usize],
+    ended: &[bool],
+    told: &mut [bool],
+) -> Result<(), Gone> {
+    for (i, told) in told.iter_mut().enumerate() {
+        if !*told && !ended[i] && sink.is_cancelled(sent[i]) {
+            *told = true;
+            stub.send(&ToStub::Cancelled { request: i })?;
+        }
+    }
+    Ok(())
 }
 
 /// Request parameters the server itself acts on: Triton's front ends take
