@@ -279,8 +279,9 @@ def test_the_gateway_routes_by_the_bodys_model_and_keeps_streams_open(client, vi
     assert chat.choices[0].message.content == client.chat.completions.create(
         model="chat_generator", messages=messages, max_tokens=4, seed=1
     ).choices[0].message.content
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError) as missing:
         via_gateway.completions.create(model="no_such_model", prompt="x")
+    assert missing.value.code == "model_not_found" and "no_such_model" in missing.value.message
     with pytest.raises(openai.BadRequestError):
         via_gateway.completions.create(model="", prompt="x")
 

@@ -79,9 +79,15 @@ fn openai_models(gateway: &Gateway, request: &Request<Incoming>) -> Response<Rep
 
 /// The OpenAI API's error body.
 fn openai_error(status: StatusCode, message: &str, param: Option<&str>) -> Response<Reply> {
+    let (kind, code) = match status {
+        StatusCode::NOT_FOUND => ("invalid_request_error", Some("model_not_found")),
+        StatusCode::UNAUTHORIZED => ("authentication_error", None),
+        s if s.is_server_error() => ("server_error", None),
+        _ => ("invalid_request_error", None),
+    };
     json_reply(
         status,
-        &json!({"error": {"message": message, "type": "invalid_request_error", "param": param, "code": null}}),
+        &json!({"error": {"message": message, "type": kind, "param": param, "code": code}}),
     )
 }
 
@@ -97,7 +103,7 @@ async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started:
     let mut charge = gateway.charge();
     let chunks = match read_while(body, limits, &mut charge, |_, _| true).await {
         Ok((chunks, _)) => chunks,
-        Err(error) => return read_failure(gateway, &error),
+        Err(error) => return read_failure_as(gateway, &error, Style::OpenAi),
     };
     let mut json: serde_json::Value = match serde_json::from_slice(&chunks.concat()) {
         Ok(json) => json,
@@ -122,7 +128,7 @@ async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started:
     };
     let requested = match gateway.admit(requested, &parts.headers) {
         Ok(requested) => requested,
-        Err(refused) => return refusal(refused),
+        Err(refused) => return refusal_as(refused, Style::OpenAi),
     };
     // The pod knows the model by its plain name.
     let chunks = match name.split_once('/') {
@@ -151,7 +157,7 @@ async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started:
     gateway
         .forward(forward)
         .await
-        .unwrap_or_else(|error| forward_failure(&error))
+        .unwrap_or_else(|error| forward_failure_as(&error, Style::OpenAi))
 }
 
 async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, started: Instant) -> Response<Reply> {
@@ -317,6 +323,10 @@ async fn repository(gateway: &Gateway, request: Request<Incoming>) -> Response<R
 /// Bad requests are counted without a model label: the name in them is the
 /// client's text, not yet a model.
 fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
+    read_failure_as(gateway, error, Style::Kserve)
+}
+
+fn read_failure_as(gateway: &Gateway, error: &ReadError, style: Style) -> Response<Reply> {
     let (status, failure) = match error {
         ReadError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, Failure::BadRequest),
         ReadError::OverBudget(_) => (StatusCode::SERVICE_UNAVAILABLE, Failure::Overloaded),
@@ -324,26 +334,34 @@ fn read_failure(gateway: &Gateway, error: &ReadError) -> Response<Reply> {
         ReadError::Client(_) => (StatusCode::BAD_REQUEST, Failure::BadRequest),
     };
     gateway.metrics.failed("", failure);
-    error_json(status, &error.to_string())
+    style.error(status, &error.to_string())
 }
 
 /// A request refused before it was read further: 401 with a bearer
 /// challenge when it may not reach the model, else as if routing had
 /// failed (counted by [`Gateway::admit`]).
 fn refusal(refused: Refused) -> Response<Reply> {
+    refusal_as(refused, Style::Kserve)
+}
+
+fn refusal_as(refused: Refused, style: Style) -> Response<Reply> {
     match refused {
         Refused::Unauthorized(error) => {
-            let mut response = error_json(StatusCode::UNAUTHORIZED, &error.to_string());
+            let mut response = style.error(StatusCode::UNAUTHORIZED, &error.to_string());
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             response
         }
-        Refused::Route(error) => forward_failure(&ForwardError::Route(error)),
+        Refused::Route(error) => forward_failure_as(&ForwardError::Route(error), style),
     }
 }
 
 fn forward_failure(error: &ForwardError) -> Response<Reply> {
+    forward_failure_as(error, Style::Kserve)
+}
+
+fn forward_failure_as(error: &ForwardError, style: Style) -> Response<Reply> {
     let status = match error {
         ForwardError::Route(RouteError::Unknown(_)) => StatusCode::NOT_FOUND,
         ForwardError::Route(RouteError::Ambiguous { .. }) => StatusCode::BAD_REQUEST,
@@ -352,7 +370,24 @@ fn forward_failure(error: &ForwardError) -> Response<Reply> {
         }
         ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
     };
-    error_json(status, &error.to_string())
+    style.error(status, &error.to_string())
+}
+
+/// Which API's error body a refusal takes: the OpenAI routes' clients
+/// read OpenAI's error object.
+#[derive(Clone, Copy)]
+enum Style {
+    Kserve,
+    OpenAi,
+}
+
+impl Style {
+    fn error(self, status: StatusCode, text: &str) -> Response<Reply> {
+        match self {
+            Style::Kserve => error_json(status, text),
+            Style::OpenAi => openai_error(status, text, None),
+        }
+    }
 }
 
 /// KServe v2's error body: `{"error": "..."}`.
