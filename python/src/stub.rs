@@ -75,8 +75,10 @@ static STUBS: AtomicU64 = AtomicU64::new(0);
 impl Stub {
     /// Starts a stub for `model`.
     pub fn spawn(launch: &Launch, model: &str) -> Result<Stub> {
-        // Its segments' label, in /proc/PID/maps.
-        let label = format!("nereid-{model}-{}-", STUBS.fetch_add(1, Ordering::Relaxed));
+        // Its segments' label, in /proc/PID/maps (memfd names are at most
+        // 249 bytes: a long model name is cut).
+        let name: String = model.chars().take(64).collect();
+        let label = format!("nereid-{name}-{}-", STUBS.fetch_add(1, Ordering::Relaxed));
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| Error::unavailable(format!("failed to make the stub's socket: {e}")))?;
         let their_fd = theirs.as_raw_fd();
