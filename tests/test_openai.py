@@ -118,6 +118,11 @@ def test_models_lists_the_text_models(client):
     ids = {m.id for m in client.models.list().data}
     assert {"text_generator", "slow_generator", "chat_generator"} <= ids
     assert "identity_int32" not in ids, "a model without text_input/text_output is not listed"
+    assert client.models.retrieve("text_generator").id == "text_generator"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("no_such_model")
+    with pytest.raises(openai.BadRequestError):
+        client.models.retrieve("identity_int32")
 
 
 def test_a_completion_streamed_equals_the_whole_one_for_the_same_seed(client):
@@ -266,6 +271,10 @@ def test_concurrent_streams_all_complete_and_are_measured(server, client):
 def test_the_gateway_routes_by_the_bodys_model_and_keeps_streams_open(client, via_gateway):
     ids = {m.id for m in via_gateway.models.list().data}
     assert {"text_generator", "slow_generator", "chat_generator"} <= ids
+    assert via_gateway.models.retrieve("ml/chat_generator").id == "ml/chat_generator"
+    assert via_gateway.models.retrieve("chat_generator").id == "chat_generator"
+    with pytest.raises(openai.NotFoundError):
+        via_gateway.models.retrieve("other/chat_generator")
     args = dict(model="text_generator", prompt="The lighthouse", max_tokens=10, seed=5)
     direct = client.completions.create(**args)
     routed = via_gateway.completions.create(**args)

@@ -61,6 +61,7 @@ pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<
         HttpRoute::Server => server(&gateway, request, started).await,
         HttpRoute::Repository => repository(&gateway, request).await,
         HttpRoute::OpenAi(OpenAiCall::Models) => openai_models(&gateway, &request),
+        HttpRoute::OpenAiModel { name } => openai_model(&gateway, &request, &name),
         HttpRoute::OpenAi(OpenAiCall::Generate) => openai_generate(&gateway, request, started).await,
     })
 }
@@ -75,6 +76,30 @@ fn openai_models(gateway: &Gateway, request: &Request<Incoming>) -> Response<Rep
         .map(|entry| json!({"id": entry.name, "object": "model", "created": 0, "owned_by": "nereid"}))
         .collect();
     json_reply(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{id}`: the model when it is ready and the request may
+/// reach it, by its plain name or as `namespace/name`.
+fn openai_model(gateway: &Gateway, request: &Request<Incoming>, id: &str) -> Response<Reply> {
+    let found = gateway.index(request.headers()).into_iter().any(|entry| {
+        let plain = entry.name.rsplit('/').next().unwrap_or(&entry.name);
+        entry.ready
+            && (entry.name == id
+                || id
+                    .split_once('/')
+                    .is_some_and(|(ns, name)| ns == entry.namespace && name == plain))
+    });
+    match found {
+        true => json_reply(
+            StatusCode::OK,
+            &json!({"id": id, "object": "model", "created": 0, "owned_by": "nereid"}),
+        ),
+        false => openai_error(
+            StatusCode::NOT_FOUND,
+            &format!("The model '{id}' does not exist"),
+            Some("model"),
+        ),
+    }
 }
 
 /// The OpenAI API's error body.

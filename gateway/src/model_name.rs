@@ -26,6 +26,8 @@ pub enum HttpRoute {
     Repository,
     /// The OpenAI API (`/v1/...`).
     OpenAi(OpenAiCall),
+    /// `GET /v1/models/{id}`: the gateway's own answer, from discovery.
+    OpenAiModel { name: String },
 }
 
 /// The OpenAI API's calls the HTTP port serves.
@@ -102,7 +104,12 @@ pub fn from_http_path(path: &str) -> Result<HttpRoute, PathError> {
     match path.trim_end_matches('/') {
         "/v1/models" => return Ok(HttpRoute::OpenAi(OpenAiCall::Models)),
         "/v1/completions" | "/v1/chat/completions" => return Ok(HttpRoute::OpenAi(OpenAiCall::Generate)),
-        _ => {}
+        other => {
+            if let Some(id) = other.strip_prefix("/v1/models/") {
+                let name = percent_decode(id).ok_or_else(|| PathError::BadEncoding(path.to_string()))?;
+                return Ok(HttpRoute::OpenAiModel { name });
+            }
+        }
     }
     let Some(rest) = path
         .strip_prefix("/v2")
@@ -270,6 +277,14 @@ mod tests {
             assert_eq!(from_http_path(path), Ok(HttpRoute::OpenAi(OpenAiCall::Generate)));
         }
         assert!(matches!(from_http_path("/v1/embeddings"), Err(PathError::NotV2(_))));
+        assert_eq!(
+            from_http_path("/v1/models/ml/llm"),
+            Ok(HttpRoute::OpenAiModel { name: "ml/llm".into() })
+        );
+        assert_eq!(
+            from_http_path("/v1/models/ml%2Fllm"),
+            Ok(HttpRoute::OpenAiModel { name: "ml/llm".into() })
+        );
         assert!(matches!(from_http_path("/metrics"), Err(PathError::NotV2(_))));
         assert!(matches!(from_http_path("/v2x/models/a"), Err(PathError::NotV2(_))));
         assert!(matches!(from_http_path("/v2/models/"), Err(PathError::NoModel(_))));

@@ -1,6 +1,6 @@
 //! The OpenAI-compatible API on the HTTP port, for text models
-//! ([`text_model`]): `GET /v1/models`, `POST /v1/completions` and
-//! `POST /v1/chat/completions`, streamed as server-sent events in OpenAI's
+//! ([`text_model`]): `GET /v1/models` (and `/v1/models/{id}`),
+//! `POST /v1/completions` and `POST /v1/chat/completions`, streamed as server-sent events in OpenAI's
 //! chunk format (ending with `data: [DONE]`) or answered once.
 //!
 //! A request becomes one inference request of the model (chat messages
@@ -21,7 +21,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -44,6 +44,7 @@ pub(super) use self::metrics::TextMetrics;
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
 }
@@ -102,15 +103,25 @@ async fn models(State(s): State<AppState>) -> Response {
     let mut data: Vec<ModelEntry> = Vec::new();
     for model in s.server.manager().ready_models() {
         if TextModel::of(model.config()).is_ok() && data.last().is_none_or(|m| m.id != model.name()) {
-            data.push(ModelEntry {
-                id: model.name().to_string(),
-                object: "model",
-                created: 0,
-                owned_by: "nereid",
-            });
+            data.push(entry(model.name()));
         }
     }
     axum::Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+/// `GET /v1/models/{id}`: one ready text model.
+async fn model(State(s): State<AppState>, Path(id): Path<String>) -> OpenAiResult {
+    let model = find(&s, &id)?;
+    Ok(axum::Json(entry(model.name())).into_response())
+}
+
+fn entry(name: &str) -> ModelEntry {
+    ModelEntry {
+        id: name.to_string(),
+        object: "model",
+        created: 0,
+        owned_by: "nereid",
+    }
 }
 
 /// `POST /v1/completions`.

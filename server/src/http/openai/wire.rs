@@ -122,7 +122,7 @@ pub struct Usage {
     pub total_tokens: u64,
 }
 
-/// `GET /v1/models`'s entries.
+/// `GET /v1/models`'s entries, and `GET /v1/models/{id}`'s answer.
 #[derive(Debug, Serialize)]
 pub struct ModelEntry {
     pub id: String,
