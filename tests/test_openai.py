@@ -114,6 +114,47 @@ def _sample(families: dict, family: str, suffix: str = "", **labels) -> float:
     raise AssertionError(f"no {family}{suffix} with {labels}")
 
 
+def _stream_concurrently(client, prompt: str, max_tokens: int, count: int, timeout: float) -> dict:
+    """{seed: the streamed text} of `count` streamed completions at once."""
+    results = {}
+
+    def ask(i: int) -> None:
+        chunks = client.completions.create(
+            model="text_generator", prompt=prompt, max_tokens=max_tokens, seed=i, stream=True
+        )
+        results[i] = "".join(c.choices[0].text for c in chunks)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    return results
+
+
+def _slow_generated(server) -> float:
+    """Tokens slow_generator has made, by its own counter."""
+    return _sample(_metrics(server), "text_generator_tokens", "_total", model="slow_generator")
+
+
+def _leave_a_long_stream(client) -> None:
+    """Reads 3 chunks of a stream of 2000 tokens (30 ms each: a minute), then goes away."""
+    stream = client.completions.create(model="slow_generator", prompt="The", max_tokens=2000, stream=True)
+    for received, _ in enumerate(stream, start=1):
+        if received == 3:
+            break
+    stream.close()
+
+
+def _generation_stopped(server, why: str) -> float:
+    """Waits a second, then checks the counter stays put for another; its value."""
+    time.sleep(1.0)
+    stopped_at = _slow_generated(server)
+    time.sleep(1.0)
+    assert _slow_generated(server) == stopped_at, why
+    return stopped_at
+
+
 def test_models_lists_the_text_models(client):
     ids = {m.id for m in client.models.list().data}
     assert {"text_generator", "slow_generator", "chat_generator"} <= ids
@@ -216,22 +257,9 @@ def test_bad_requests_get_openais_errors(client, server):
 
 
 def test_a_client_that_goes_away_stops_the_generation(server, client):
-    def generated() -> float:
-        return _sample(_metrics(server), "text_generator_tokens", "_total", model="slow_generator")
-
-    before = generated() if "text_generator_tokens" in _metrics(server) else 0.0
-    # 30 ms a token: 2000 tokens would take a minute.
-    stream = client.completions.create(model="slow_generator", prompt="The", max_tokens=2000, stream=True)
-    received = 0
-    for chunk in stream:
-        received += 1
-        if received == 3:
-            break
-    stream.close()
-    time.sleep(1.0)
-    stopped_at = generated()
-    time.sleep(1.0)
-    assert generated() == stopped_at, "the model went on generating for nobody"
+    before = _slow_generated(server) if "text_generator_tokens" in _metrics(server) else 0.0
+    _leave_a_long_stream(client)
+    stopped_at = _generation_stopped(server, "the model went on generating for nobody")
     assert stopped_at - before < 200, (before, stopped_at)
 
     # A client that gives up on a whole answer: the model, which sends
@@ -239,26 +267,11 @@ def test_a_client_that_goes_away_stops_the_generation(server, client):
     impatient = client.with_options(timeout=0.5)
     with pytest.raises(openai.APITimeoutError):
         impatient.completions.create(model="slow_generator", prompt="The", max_tokens=2000)
-    time.sleep(1.0)
-    stopped_at = generated()
-    time.sleep(1.0)
-    assert generated() == stopped_at, "the model went on generating a whole answer for nobody"
+    _generation_stopped(server, "the model went on generating a whole answer for nobody")
 
 
 def test_concurrent_streams_all_complete_and_are_measured(server, client):
-    results = {}
-
-    def ask(i: int) -> None:
-        chunks = client.completions.create(
-            model="text_generator", prompt="The town", max_tokens=8, seed=i, stream=True
-        )
-        results[i] = "".join(c.choices[0].text for c in chunks)
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(12)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    results = _stream_concurrently(client, "The town", max_tokens=8, count=12, timeout=60)
     assert sorted(results) == list(range(12)) and all(results.values())
 
     families = _metrics(server)
@@ -296,30 +309,7 @@ def test_the_gateway_routes_by_the_bodys_model_and_keeps_streams_open(client, vi
 
 
 def test_streams_through_the_gateway_all_complete_and_a_disconnect_still_stops_the_model(server, via_gateway):
-    results = {}
-
-    def ask(i: int) -> None:
-        chunks = via_gateway.completions.create(
-            model="text_generator", prompt="The sea", max_tokens=6, seed=i, stream=True
-        )
-        results[i] = "".join(c.choices[0].text for c in chunks)
-
-    threads = [threading.Thread(target=ask, args=(i,)) for i in range(100)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    results = _stream_concurrently(via_gateway, "The sea", max_tokens=6, count=100, timeout=120)
     assert sorted(results) == list(range(100)) and all(results.values())
-
-    def generated() -> float:
-        return _sample(_metrics(server), "text_generator_tokens", "_total", model="slow_generator")
-
-    stream = via_gateway.completions.create(model="slow_generator", prompt="The", max_tokens=2000, stream=True)
-    for received, _ in enumerate(stream, start=1):
-        if received == 3:
-            break
-    stream.close()
-    time.sleep(1.0)
-    stopped_at = generated()
-    time.sleep(1.0)
-    assert generated() == stopped_at, "the model went on generating after the client left the gateway"
+    _leave_a_long_stream(via_gateway)
+    _generation_stopped(server, "the model went on generating after the client left the gateway")
