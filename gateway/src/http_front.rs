@@ -102,6 +102,50 @@ fn openai_model(gateway: &Gateway, request: &Request<Incoming>, id: &str) -> Res
     }
 }
 
+/// The body's `model`, read straight from its chunks: the rest of the JSON
+/// (a prompt may be megabytes) is skipped, never built or copied.
+fn model_of(chunks: &[bytes::Bytes]) -> serde_json::Result<Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        model: Option<String>,
+    }
+    let reader = Chunks { rest: chunks, at: 0 };
+    serde_json::from_reader::<_, Named>(std::io::BufReader::new(reader)).map(|named| named.model)
+}
+
+/// `body` with its `model` replaced: each other member kept as its raw
+/// text, so it costs a copy of the body, not a tree of its values.
+fn with_model(body: &[u8], model: &str) -> serde_json::Result<bytes::Bytes> {
+    let mut members: std::collections::BTreeMap<String, &serde_json::value::RawValue> = serde_json::from_slice(body)?;
+    let name = serde_json::value::to_raw_value(model)?;
+    members.insert("model".to_string(), &name);
+    serde_json::to_vec(&members).map(bytes::Bytes::from)
+}
+
+/// The body's chunks as one reader.
+struct Chunks<'a> {
+    rest: &'a [bytes::Bytes],
+    at: usize,
+}
+
+impl std::io::Read for Chunks<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(first) = self.rest.first() {
+            let left = &first[self.at..];
+            if left.is_empty() {
+                self.rest = &self.rest[1..];
+                self.at = 0;
+                continue;
+            }
+            let n = left.len().min(buf.len());
+            buf[..n].copy_from_slice(&left[..n]);
+            self.at += n;
+            return Ok(n);
+        }
+        Ok(0)
+    }
+}
+
 /// The OpenAI API's error body.
 fn openai_error(status: StatusCode, message: &str, param: Option<&str>) -> Response<Reply> {
     let (kind, code) = match status {
@@ -130,8 +174,12 @@ async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started:
         Ok((chunks, _)) => chunks,
         Err(error) => return read_failure_as(gateway, &error, Style::OpenAi),
     };
-    let mut json: serde_json::Value = match serde_json::from_slice(&chunks.concat()) {
-        Ok(json) => json,
+    let name = match model_of(&chunks) {
+        Ok(Some(name)) if !name.is_empty() => name,
+        Ok(_) => {
+            gateway.metrics.failed("", Failure::BadRequest);
+            return openai_error(StatusCode::BAD_REQUEST, "the request names no 'model'", Some("model"));
+        }
         Err(error) => {
             gateway.metrics.failed("", Failure::BadRequest);
             return openai_error(
@@ -140,11 +188,6 @@ async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started:
                 None,
             );
         }
-    };
-    let named = json.get("model").and_then(serde_json::Value::as_str);
-    let Some(name) = named.filter(|name| !name.is_empty()).map(str::to_string) else {
-        gateway.metrics.failed("", Failure::BadRequest);
-        return openai_error(StatusCode::BAD_REQUEST, "the request names no 'model'", Some("model"));
     };
     let namespace = parts.headers.get(NAMESPACE_HEADER).and_then(|v| v.to_str().ok());
     let requested = match namespace {
@@ -157,10 +200,16 @@ async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started:
     };
     // The pod knows the model by its plain name.
     let chunks = match name.split_once('/') {
-        Some((_, plain)) => {
-            json["model"] = serde_json::Value::String(plain.to_string());
-            vec![bytes::Bytes::from(json.to_string())]
-        }
+        Some((_, plain)) => match with_model(&chunks.concat(), plain) {
+            Ok(body) => vec![body],
+            Err(error) => {
+                return openai_error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("the request body is not JSON: {error}"),
+                    None,
+                );
+            }
+        },
         None => chunks,
     };
     let mut headers = parts.headers;
@@ -432,6 +481,22 @@ fn json_reply(status: StatusCode, value: &serde_json::Value) -> Response<Reply> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_openai_body_is_routed_by_its_model_and_renamed_without_a_tree() {
+        let chunks = [
+            bytes::Bytes::from_static(b"{\"prompt\": \"long\", \"mod"),
+            bytes::Bytes::from_static(b"el\": \"ml/llm\", \"n\": [1, 2]}"),
+        ];
+        assert_eq!(model_of(&chunks).unwrap().as_deref(), Some("ml/llm"));
+        assert_eq!(model_of(&[bytes::Bytes::from_static(b"{}")]).unwrap(), None);
+        assert!(model_of(&[bytes::Bytes::from_static(b"{x")]).is_err());
+        let renamed: serde_json::Value = serde_json::from_slice(&with_model(&chunks.concat(), "llm").unwrap()).unwrap();
+        assert_eq!(
+            renamed,
+            serde_json::json!({"prompt": "long", "model": "llm", "n": [1, 2]})
+        );
+    }
 
     #[test]
     fn a_qualified_model_segment_becomes_the_plain_name() {
