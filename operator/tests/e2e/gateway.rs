@@ -45,7 +45,7 @@ pub async fn run(env: &Env) -> Result<()> {
     deploy_adder(env).await?;
     let adder = models::ready(env, NAMESPACE, MODEL, 1).await?;
     let ports = service::ports(&adder);
-    let gateway = gateway_pod_ip(env).await?;
+    let gateway = pod_ip(env).await?;
 
     tritonclient(env, gateway).await?;
 
@@ -73,7 +73,7 @@ async fn deploy_adder(env: &Env) -> Result<()> {
 }
 
 /// The chart's gateway Deployment available, and its pod's IP.
-async fn gateway_pod_ip(env: &Env) -> Result<IpAddr> {
+pub async fn pod_ip(env: &Env) -> Result<IpAddr> {
     let name = format!("{RELEASE}-gateway");
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);

@@ -45,6 +45,7 @@ mod leader;
 mod lifecycle;
 mod models;
 mod netns;
+mod openai;
 mod operator;
 mod process_node;
 mod procfs;
@@ -108,6 +109,10 @@ const SCENARIOS: &[(&str, Run)] = &[
     ("gateway_routes_each_request_to_a_ready_pod_of_its_model", |env| {
         Box::pin(gateway::run(env))
     }),
+    (
+        "openai_clients_get_the_same_streamed_text_from_a_pod_and_the_gateway",
+        |env| Box::pin(openai::run(env)),
+    ),
     ("model_ensembles_in_both_placements_serve_after_their_members", |env| {
         Box::pin(ensembles::run(env))
     }),
