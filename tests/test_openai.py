@@ -6,6 +6,7 @@ that goes away mid-stream; directly and through nereid-gateway."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -155,6 +156,15 @@ def _generation_stopped(server, why: str) -> float:
     return stopped_at
 
 
+def _prompted(server, prompt: str) -> None:
+    """Waits until the model has logged that it saw `prompt`."""
+    logged = "text_generator prompt: " + json.dumps(prompt)
+    deadline = time.monotonic() + 10
+    while logged not in server.output() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert logged in server.output(), f"the model never saw {prompt!r}"
+
+
 def test_models_lists_the_text_models(client):
     ids = {m.id for m in client.models.list().data}
     assert {"text_generator", "slow_generator", "chat_generator"} <= ids
@@ -199,11 +209,7 @@ def test_a_chat_uses_the_models_template_and_streams_the_same_answer(client, ser
     assert whole.object == "chat.completion"
     assert whole.usage.completion_tokens == 10
     # The prompt the model saw is the template's rendering.
-    rendered = '"[SYSTEM] Be brief.\\n[USER] Tell me about the harbour.\\n[ASSISTANT]"'
-    deadline = time.monotonic() + 10
-    while f"text_generator prompt: {rendered}" not in server.output() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert f"text_generator prompt: {rendered}" in server.output()
+    _prompted(server, "[SYSTEM] Be brief.\n[USER] Tell me about the harbour.\n[ASSISTANT]")
 
     chunks = list(
         client.chat.completions.create(model="chat_generator", messages=messages, max_tokens=10, seed=3, stream=True)
@@ -215,11 +221,33 @@ def test_a_chat_uses_the_models_template_and_streams_the_same_answer(client, ser
 
     # Without a template of its own, the documented default.
     client.chat.completions.create(model="text_generator", messages=messages[1:], max_tokens=2)
-    default = '"<|user|>\\nTell me about the harbour.\\n<|assistant|>\\n"'
-    deadline = time.monotonic() + 10
-    while f"text_generator prompt: {default}" not in server.output() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert f"text_generator prompt: {default}" in server.output()
+    _prompted(server, "<|user|>\nTell me about the harbour.\n<|assistant|>\n")
+
+
+def test_a_chat_template_is_read_once_per_load(tmp_path):
+    repo = tmp_path / "models"
+    repo.mkdir()
+    template = _copy_generator(repo, "chat_generator") / "chat_template.jinja"
+    template.write_text("first: {{ messages[-1].content }}")
+    srv = helpers.NereidServer(
+        [repo], ["--model-control-mode", "explicit", "--load-model", "chat_generator"], log_path=tmp_path / "server.log"
+    ).start()
+    try:
+        api = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="unused", max_retries=0, timeout=60)
+        ask = dict(model="chat_generator", max_tokens=1)
+        api.chat.completions.create(messages=[{"role": "user", "content": "one"}], **ask)
+        _prompted(srv, "first: one")
+        # The loaded model keeps the template it was loaded with...
+        template.write_text("second: {{ messages[-1].content }}")
+        api.chat.completions.create(messages=[{"role": "user", "content": "two"}], **ask)
+        _prompted(srv, "first: two")
+        # ...and a reload reads the folder again.
+        answer = requests.post(f"{srv.base_url}/v2/repository/models/chat_generator/load", timeout=60)
+        assert answer.status_code == 200, answer.text
+        api.chat.completions.create(messages=[{"role": "user", "content": "three"}], **ask)
+        _prompted(srv, "second: three")
+    finally:
+        srv.stop_and_check()
 
 
 def test_a_stop_string_ends_the_text_before_it(client):

@@ -74,8 +74,8 @@ pub(crate) struct AppState(Arc<AppStateInner>);
 pub(crate) struct AppStateInner {
     server: Arc<InferenceServer>,
     options: HttpOptions,
-    /// The OpenAI API's text generation metrics.
-    text_metrics: openai::TextMetrics,
+    /// The OpenAI API's metrics and chat templates.
+    openai: openai::OpenAi,
 }
 
 impl std::ops::Deref for AppState {
@@ -93,11 +93,11 @@ pub(crate) type HandlerResult = Result<Response, HttpError>;
 /// until its answer has been sent.
 pub fn service(server: Arc<InferenceServer>, options: HttpOptions, in_flight: Arc<InFlight>) -> PortService {
     let gauge = options.metrics.in_flight("http");
-    let text_metrics = openai::TextMetrics::new(options.metrics.registry());
+    let openai = openai::OpenAi::new(options.metrics.registry());
     let state = AppState(Arc::new(AppStateInner {
         server,
         options,
-        text_metrics,
+        openai,
     }));
     PortService::new(state.clone(), router(state), in_flight, gauge)
 }

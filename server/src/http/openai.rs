@@ -7,38 +7,55 @@
 //! rendered to a prompt by the model's chat template first), and its
 //! responses become the answer: each response's text is one chunk. A
 //! client that goes away drops the stream, which cancels the request in the
-//! model. Errors are OpenAI's error object with the status the core's error
-//! kind maps to.
+//! model. Errors are OpenAI's error object ([`error`]); the answer's
+//! shapes are [`answer`]'s.
 
+mod answer;
 mod chat_template;
+mod error;
 mod metrics;
 mod text_model;
 mod wire;
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use bytes::Bytes;
+use futures::StreamExt;
 use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderValue, header};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use self::chat_template::ChatTemplate;
-use self::text_model::{Params, Piece, TextModel};
-use self::wire::{ChatRequest, CompletionRequest, ErrorBody, ModelEntry, Sampling, Usage};
+use self::answer::{Generation, Kind};
+use self::chat_template::ChatTemplates;
+use self::error::OpenAiError;
+use self::metrics::TextMetrics;
+use self::text_model::{Params, TextModel};
+use self::wire::{ChatRequest, CompletionRequest, ModelEntry, Sampling};
 use super::{AppState, body};
 use crate::error::{Error, ErrorKind, Result};
 use crate::response::InferResponse;
 
-pub(super) use self::metrics::TextMetrics;
+/// What the front end keeps across requests: its metrics and the loaded
+/// models' chat templates.
+pub(super) struct OpenAi {
+    metrics: TextMetrics,
+    templates: ChatTemplates,
+}
+
+impl OpenAi {
+    pub(super) fn new(registry: &prometheus::Registry) -> OpenAi {
+        OpenAi {
+            metrics: TextMetrics::new(registry),
+            templates: ChatTemplates::default(),
+        }
+    }
+}
 
 /// The routes, under the HTTP port's inference API group.
 pub(super) fn routes() -> Router<AppState> {
@@ -47,53 +64,6 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/v1/models/{*id}", get(model))
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
-}
-
-/// An error as OpenAI's JSON: `{"error": {"message", "type", "param", "code"}}`.
-pub(super) struct OpenAiError {
-    error: Error,
-    param: Option<&'static str>,
-}
-
-impl From<Error> for OpenAiError {
-    fn from(error: Error) -> Self {
-        OpenAiError { error, param: None }
-    }
-}
-
-impl OpenAiError {
-    fn about(param: &'static str, error: Error) -> Self {
-        OpenAiError {
-            error,
-            param: Some(param),
-        }
-    }
-
-    fn body(&self) -> serde_json::Value {
-        let (kind, code) = match self.error.kind() {
-            ErrorKind::NotFound => ("invalid_request_error", Some("model_not_found")),
-            ErrorKind::InvalidArgument | ErrorKind::AlreadyExists | ErrorKind::Unsupported => {
-                ("invalid_request_error", None)
-            }
-            ErrorKind::Unavailable | ErrorKind::NotServing | ErrorKind::ResourceExhausted => {
-                ("server_error", Some("unavailable"))
-            }
-            ErrorKind::PermissionDenied => ("permission_error", None),
-            ErrorKind::Internal => ("server_error", None),
-        };
-        json!({ "error": ErrorBody { message: self.error.message(), kind, param: self.param, code } })
-    }
-}
-
-impl IntoResponse for OpenAiError {
-    fn into_response(self) -> Response {
-        // An unsupported field is the client's mistake here, not a 501.
-        let status = match self.error.kind() {
-            ErrorKind::Unsupported => StatusCode::BAD_REQUEST,
-            kind => super::error::status(kind),
-        };
-        (status, axum::Json(self.body())).into_response()
-    }
 }
 
 type OpenAiResult = std::result::Result<Response, OpenAiError>;
@@ -163,12 +133,7 @@ async fn chat_completions(State(s): State<AppState>, headers: HeaderMap, body: B
         return Err(OpenAiError::about("messages", Error::invalid("'messages' is empty")));
     }
     let model = find(&s, &request.model)?;
-    let dir = model.dir().to_path_buf();
-    let messages = request.messages;
-    // A template is a file or two in the model's folder: read off the runtime.
-    let prompt = tokio::task::spawn_blocking(move || ChatTemplate::of_model(&dir)?.render(&messages))
-        .await
-        .map_err(|e| Error::internal(format!("rendering the chat template failed: {e}")))??;
+    let prompt = s.openai.templates.of(&model).await?.render(&request.messages)?;
     generate(&s, Kind::Chat, &model, prompt, request.sampling).await
 }
 
@@ -195,13 +160,6 @@ fn find(s: &AppState, name: &str) -> std::result::Result<Arc<crate::model::Model
 
 fn not_text(why: String) -> OpenAiError {
     OpenAiError::about("model", Error::invalid(why))
-}
-
-/// Which endpoint: they differ only in their JSON.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Completion,
-    Chat,
 }
 
 /// Runs `prompt` on the model and answers, streamed or whole.
@@ -254,25 +212,17 @@ async fn generate(
         let server = Arc::clone(&s.server);
         futures::stream::once(async move { server.infer(request).await }).boxed()
     };
-    let generation = Generation {
+    let generation = Generation::new(
         id,
         kind,
-        created: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        model: model.name().to_string(),
-        include_usage: sampling.stream_options.is_some_and(|o| o.include_usage),
-        reports_tokens: text.reports_tokens(),
-        max_tokens: params.max_tokens,
-        text: String::new(),
-        usage: Usage::default(),
-        pieces: 0,
-        finish_reason: None,
-        started: Instant::now(),
-        last: None,
-        metrics: s.text_metrics.for_model(model.name(), model.version()),
-        counted: false,
-    };
+        model.name().to_string(),
+        params.max_tokens,
+        text.reports_tokens(),
+        sampling.stream_options.is_some_and(|o| o.include_usage),
+        s.openai.metrics.for_model(model.name(), model.version()),
+    );
     if sampling.stream {
-        let events = stream(responses, generation);
+        let events = answer::stream(responses, generation);
         return Ok((
             [(
                 header::CONTENT_TYPE,
@@ -282,206 +232,7 @@ async fn generate(
         )
             .into_response());
     }
-    whole(responses, generation).await
-}
-
-/// A request's progress: what its answer and its metrics need.
-struct Generation {
-    id: String,
-    kind: Kind,
-    created: u64,
-    model: String,
-    include_usage: bool,
-    reports_tokens: bool,
-    max_tokens: Option<u32>,
-    /// The text so far (a whole answer's; a stream's is sent as it comes).
-    text: String,
-    usage: Usage,
-    /// Responses that carried text: the token count of a model that
-    /// reports none (one token per response, as such models stream).
-    pieces: u64,
-    finish_reason: Option<String>,
-    started: Instant,
-    /// When the last text came.
-    last: Option<Instant>,
-    metrics: metrics::ModelTextMetrics,
-    /// Whether its tokens are in the metrics yet.
-    counted: bool,
-}
-
-impl Generation {
-    /// Takes one response; the text it added.
-    fn take(&mut self, piece: Piece) -> String {
-        if let Some(n) = piece.input_tokens {
-            self.usage.prompt_tokens = n;
-        }
-        if piece.finish_reason.is_some() {
-            self.finish_reason = piece.finish_reason;
-        }
-        let tokens = piece.output_tokens.unwrap_or(u64::from(!piece.text.is_empty()));
-        self.usage.completion_tokens += piece.output_tokens.unwrap_or(0);
-        if !piece.text.is_empty() {
-            self.pieces += 1;
-            let now = Instant::now();
-            match self.last {
-                None => self.metrics.first_token(now - self.started),
-                Some(last) => self.metrics.next_tokens(now - last, tokens),
-            }
-            self.last = Some(now);
-        }
-        piece.text
-    }
-
-    fn usage(&self) -> Option<Usage> {
-        self.reports_tokens.then_some(Usage {
-            total_tokens: self.usage.prompt_tokens + self.usage.completion_tokens,
-            ..self.usage
-        })
-    }
-
-    /// Why it ended: the model's word, else `length` when it produced
-    /// `max_tokens`, else `stop`.
-    fn finish_reason(&self) -> String {
-        if let Some(reason) = &self.finish_reason {
-            return reason.clone();
-        }
-        let produced = match self.reports_tokens {
-            true => self.usage.completion_tokens,
-            false => self.pieces,
-        };
-        match self.max_tokens {
-            Some(max) if produced >= u64::from(max) => "length".to_string(),
-            _ => "stop".to_string(),
-        }
-    }
-
-    /// Counts the request's tokens in the metrics, once: when it ends, or
-    /// when its client goes away (the stream is dropped).
-    fn finish(&mut self) {
-        if std::mem::replace(&mut self.counted, true) {
-            return;
-        }
-        let generated = match self.reports_tokens {
-            true => self.usage.completion_tokens,
-            false => self.pieces,
-        };
-        self.metrics.finished(self.usage.prompt_tokens, generated);
-    }
-
-    fn object(&self, chunk: bool) -> &'static str {
-        match (self.kind, chunk) {
-            (Kind::Completion, _) => "text_completion",
-            (Kind::Chat, false) => "chat.completion",
-            (Kind::Chat, true) => "chat.completion.chunk",
-        }
-    }
-
-    /// One stream chunk: `text`, or the end with its reason.
-    fn chunk(&self, text: &str, finish_reason: Option<&str>) -> serde_json::Value {
-        let choice = match self.kind {
-            Kind::Completion => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason}),
-            Kind::Chat => {
-                let delta = match (self.pieces, finish_reason) {
-                    (_, Some(_)) => json!({}),
-                    (1, None) => json!({"role": "assistant", "content": text}),
-                    _ => json!({"content": text}),
-                };
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason})
-            }
-        };
-        let mut chunk = json!({
-            "id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
-            "choices": [choice],
-        });
-        if self.include_usage {
-            chunk["usage"] = serde_json::Value::Null;
-        }
-        chunk
-    }
-
-    /// The last events: the finish reason, the usage when asked for, `[DONE]`.
-    fn end(&mut self) -> Bytes {
-        self.finish();
-        let mut out = event(&self.chunk("", Some(&self.finish_reason())));
-        if self.include_usage {
-            let usage = json!({
-                "id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
-                "choices": [], "usage": self.usage(),
-            });
-            out.extend_from_slice(&event(&usage));
-        }
-        out.extend_from_slice(b"data: [DONE]\n\n");
-        Bytes::from(out)
-    }
-
-    /// The whole answer.
-    fn answer(&mut self) -> serde_json::Value {
-        self.finish();
-        let reason = self.finish_reason();
-        let choice = match self.kind {
-            Kind::Completion => json!({"index": 0, "text": self.text, "logprobs": null, "finish_reason": reason}),
-            Kind::Chat => json!({
-                "index": 0, "message": {"role": "assistant", "content": self.text},
-                "logprobs": null, "finish_reason": reason,
-            }),
-        };
-        json!({
-            "id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
-            "choices": [choice], "usage": self.usage(),
-        })
-    }
-}
-
-impl Drop for Generation {
-    fn drop(&mut self) {
-        self.finish();
-    }
-}
-
-/// The stream's events: a chunk per response with text, then the end; an
-/// error ends it with OpenAI's error object as the last event.
-fn stream(
-    responses: BoxStream<'static, Result<InferResponse>>,
-    generation: Generation,
-) -> impl Stream<Item = std::result::Result<Bytes, Infallible>> + Send + 'static {
-    futures::stream::unfold(Some((responses, generation)), |state| async move {
-        let (mut responses, mut generation) = state?;
-        loop {
-            let piece = match responses.next().await {
-                None => return Some((Ok(generation.end()), None)),
-                Some(response) => response.and_then(|r| Piece::of(&r)),
-            };
-            match piece {
-                Ok(piece) => {
-                    let text = generation.take(piece);
-                    if !text.is_empty() {
-                        let chunk = Bytes::from(event(&generation.chunk(&text, None)));
-                        return Some((Ok(chunk), Some((responses, generation))));
-                    }
-                }
-                Err(e) => {
-                    let error = OpenAiError::from(e).body();
-                    return Some((Ok(Bytes::from(event(&error))), None));
-                }
-            }
-        }
-    })
-}
-
-/// Every response, then one answer.
-async fn whole(mut responses: BoxStream<'static, Result<InferResponse>>, mut generation: Generation) -> OpenAiResult {
-    while let Some(response) = responses.next().await {
-        let text = generation.take(Piece::of(&response?)?);
-        generation.text.push_str(&text);
-    }
-    Ok(axum::Json(generation.answer()).into_response())
-}
-
-fn event(json: &serde_json::Value) -> Vec<u8> {
-    let mut out = b"data: ".to_vec();
-    serde_json::to_writer(&mut out, json).expect("a JSON value serializes");
-    out.extend_from_slice(b"\n\n");
-    out
+    Ok(axum::Json(answer::whole(responses, generation).await?).into_response())
 }
 
 /// A request id's random part: unique enough to tell requests apart in

@@ -6,15 +6,20 @@
 //! The template is the model folder's `chat_template.jinja`, else the
 //! `chat_template` of its `tokenizer_config.json` (a string, or a list of
 //! named templates of which `default` is taken); a model with neither gets
-//! [`DEFAULT_TEMPLATE`].
+//! [`DEFAULT_TEMPLATE`]. [`ChatTemplates`] reads and compiles it once per
+//! loaded model.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::{Arc, Weak};
 
 use minijinja::{Environment, context};
+use parking_lot::Mutex;
 use serde::Deserialize;
 
 use super::wire::ChatMessage;
 use crate::error::{Error, Result};
+use crate::model::Model;
 
 /// Each message as `<|role|>` on its line and its content on the next,
 /// then `<|assistant|>` to prompt the answer.
@@ -25,10 +30,12 @@ pub const DEFAULT_TEMPLATE: &str = "{% for message in messages %}<|{{ message.ro
 /// server read and compile.
 const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
 
-/// A model's chat template and the special tokens it may use.
-#[derive(Debug, Clone, PartialEq)]
+/// The template's name in its environment.
+const NAME: &str = "chat_template";
+
+/// A model's chat template, compiled, and the special tokens it may use.
 pub struct ChatTemplate {
-    source: String,
+    env: Environment<'static>,
     bos_token: String,
     eos_token: String,
 }
@@ -71,36 +78,28 @@ impl Token {
 }
 
 impl ChatTemplate {
-    /// The template of the model in `dir`.
+    /// The template of the model in `dir`, compiled.
     pub fn of_model(dir: &Path) -> Result<ChatTemplate> {
-        let mut template = ChatTemplate {
-            source: DEFAULT_TEMPLATE.to_string(),
-            bos_token: String::new(),
-            eos_token: String::new(),
-        };
+        let mut source = DEFAULT_TEMPLATE.to_string();
+        let (mut bos_token, mut eos_token) = (String::new(), String::new());
         if let Some(text) = read(&dir.join("tokenizer_config.json"))? {
             let config: TokenizerConfig = serde_json::from_str(&text)
                 .map_err(|e| Error::invalid(format!("the model's tokenizer_config.json is not valid: {e}")))?;
-            template.bos_token = config.bos_token.map(Token::text).unwrap_or_default();
-            template.eos_token = config.eos_token.map(Token::text).unwrap_or_default();
+            bos_token = config.bos_token.map(Token::text).unwrap_or_default();
+            eos_token = config.eos_token.map(Token::text).unwrap_or_default();
             match config.chat_template {
-                Some(TemplateField::One(source)) => template.source = source,
+                Some(TemplateField::One(one)) => source = one,
                 Some(TemplateField::Named(named)) => {
                     if let Some(default) = named.into_iter().find(|t| t.name == "default") {
-                        template.source = default.template;
+                        source = default.template;
                     }
                 }
                 None => {}
             }
         }
-        if let Some(source) = read(&dir.join("chat_template.jinja"))? {
-            template.source = source;
+        if let Some(file) = read(&dir.join("chat_template.jinja"))? {
+            source = file;
         }
-        Ok(template)
-    }
-
-    /// The prompt for `messages`.
-    pub fn render(&self, messages: &[ChatMessage]) -> Result<String> {
         let mut env = Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -110,9 +109,21 @@ impl ChatTemplate {
                 Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, message))
             },
         );
-        let template = env
-            .template_from_str(&self.source)
+        env.add_template_owned(NAME, source)
             .map_err(|e| Error::invalid(format!("the model's chat template does not compile: {e}")))?;
+        Ok(ChatTemplate {
+            env,
+            bos_token,
+            eos_token,
+        })
+    }
+
+    /// The prompt for `messages`.
+    pub fn render(&self, messages: &[ChatMessage]) -> Result<String> {
+        let template = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| Error::internal(format!("the chat template is gone from its environment: {e}")))?;
         template
             .render(context! {
                 messages => messages,
@@ -121,6 +132,47 @@ impl ChatTemplate {
                 eos_token => self.eos_token,
             })
             .map_err(|e| Error::invalid(format!("the model's chat template failed on these messages: {e}")))
+    }
+}
+
+/// The loaded models' chat templates, each read from its model's folder
+/// and compiled once, off the runtime: a loaded model's files do not change
+/// under it, and a reload makes a new [`Model`], which misses the cache and
+/// is read afresh. The entries of models no longer loaded go when another
+/// is added, so there is at most one per loaded model. A template that
+/// fails is not kept: each request says why, and a fixed model reloads.
+#[derive(Default)]
+pub struct ChatTemplates {
+    /// By the model's address, which its `Weak` keeps from being reused.
+    loaded: Mutex<HashMap<usize, Cached>>,
+}
+
+/// One loaded model's template.
+struct Cached {
+    model: Weak<Model>,
+    template: Arc<ChatTemplate>,
+}
+
+impl ChatTemplates {
+    /// `model`'s template.
+    pub async fn of(&self, model: &Arc<Model>) -> Result<Arc<ChatTemplate>> {
+        let key = Arc::as_ptr(model) as usize;
+        if let Some(cached) = self.loaded.lock().get(&key) {
+            return Ok(Arc::clone(&cached.template));
+        }
+        let dir = model.dir().to_path_buf();
+        let template = tokio::task::spawn_blocking(move || ChatTemplate::of_model(&dir))
+            .await
+            .map_err(|e| Error::internal(format!("reading the chat template failed: {e}")))??;
+        let template = Arc::new(template);
+        let mut loaded = self.loaded.lock();
+        loaded.retain(|_, cached| cached.model.strong_count() > 0);
+        let cached = Cached {
+            model: Arc::downgrade(model),
+            template: Arc::clone(&template),
+        };
+        loaded.insert(key, cached);
+        Ok(template)
     }
 }
 
@@ -194,13 +246,9 @@ mod tests {
             "Hi!"
         );
         std::fs::write(dir.path().join("chat_template.jinja"), "{% for %}").unwrap();
-        assert!(
-            ChatTemplate::of_model(dir.path())
-                .unwrap()
-                .render(&messages())
-                .unwrap_err()
-                .message()
-                .contains("does not compile")
-        );
+        let broken = ChatTemplate::of_model(dir.path())
+            .err()
+            .expect("a template that does not compile");
+        assert!(broken.message().contains("does not compile"), "{}", broken.message());
     }
 }
