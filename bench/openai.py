@@ -3,8 +3,9 @@ paths, measured in one run: the model's own generate_stream and the OpenAI
 API's streamed completions, each on the server and through nereid-gateway.
 Each round measures every path in turn at each concurrency, so drift on
 this VM touches all alike; prints medians over the rounds and each OpenAI
-path's TTFT as a ratio of generate_stream's over the same hops (the
-gateway's against generate_stream through the gateway).
+path's TTFT as a ratio of generate_stream's over the same hops in the
+same round (the gateway's against generate_stream through the gateway):
+the median of the rounds' ratios and their range.
 
     bench/openai.py SERVER_HTTP GATEWAY_HTTP MODEL [--concurrency 1,32]
         [--requests N] [--rounds R] [--max-tokens T]
@@ -92,8 +93,11 @@ def main():
     parser.add_argument("gateway")
     parser.add_argument("model")
     parser.add_argument("--concurrency", default="1,32")
-    parser.add_argument("--requests", type=int, default=128)
-    parser.add_argument("--rounds", type=int, default=3)
+    # 2048: a level of 128 or 512 at c=32 lasts a second or less, and its
+    # TTFT swayed by up to 25 % from round to round (its 32 connections'
+    # set-up, the queue filling); at 2048 the rounds agree within a few %.
+    parser.add_argument("--requests", type=int, default=2048)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=16)
     args = parser.parse_args()
     paths = {
@@ -103,23 +107,27 @@ def main():
         "openai (gateway)": (f"http://{args.gateway}", completion_request),
     }
     results = {}
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
+        # Every other round runs the paths in reverse, so no path always
+        # follows the same one.
+        order = list(paths.items())[:: 1 if round_ % 2 == 0 else -1]
         for c in [int(c) for c in args.concurrency.split(",")]:
-            for name, (base, build) in paths.items():
+            for name, (base, build) in order:
                 make = lambda seed, build=build: build(args.model, args.max_tokens, seed)  # noqa: E731
                 requests = max(args.requests, c)
                 ttft, rate = asyncio.run(level(base, make, c, requests, args.max_tokens))
                 results.setdefault((name, c), []).append((ttft, rate))
     print(f"medians over {args.rounds} rounds, {args.max_tokens} tokens per request")
-    print(f"{'path':18} {'c':>3} {'TTFT p50':>10} {'vs baseline':>12} {'tokens/s':>10}")
+    print(f"{'path':18} {'c':>3} {'TTFT p50':>10} {'vs baseline':>12} {'per round':>20} {'tokens/s':>10}")
     for (name, c), runs in results.items():
         ttft = statistics.median(r[0] for r in runs)
         rate = statistics.median(r[1] for r in runs)
-        # Each OpenAI path against generate_stream over the same hops.
+        # Each OpenAI path against generate_stream over the same hops, in
+        # the same round: the median of those ratios, and their range.
         baseline = "generate_stream gw" if "gateway" in name or name.endswith(" gw") else "generate_stream"
-        base = statistics.median(r[0] for r in results[(baseline, c)])
-        print(f"{name:18} {c:>3} {ttft * 1e3:>8.2f}ms {ttft / base:>11.3f}x {rate:>10.0f}")
-
+        ratios = [run[0] / base[0] for run, base in zip(runs, results[(baseline, c)])]
+        spread = f"{min(ratios):.2f}-{max(ratios):.2f}"
+        print(f"{name:18} {c:>3} {ttft * 1e3:>8.2f}ms {statistics.median(ratios):>11.3f}x {spread:>20} {rate:>10.0f}")
 
 if __name__ == "__main__":
     main()
