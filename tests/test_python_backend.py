@@ -14,6 +14,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -241,6 +242,119 @@ def test_a_decoupled_model_streams_over_grpc_and_generate_stream(server):
     assert resp.status_code == 200, resp.text
     events = [json.loads(line[len("data: "):]) for line in resp.iter_lines(decode_unicode=True) if line]
     assert [(e["OUT"], e["IDX"]) for e in events] == [(7, 0), (8, 1)]
+
+
+def _background_stream(server, count: int, delay_ms: int, events: list | None = None) -> list:
+    """One generate_stream request of background_streams: its events (also
+    appended to `events` as they come, for a caller watching from another
+    thread)."""
+    resp = requests.post(
+        f"{server.base_url}/v2/models/background_streams/generate_stream",
+        json={"COUNT": [count], "DELAY_MS": [delay_ms]},
+        stream=True,
+        timeout=60,
+    )
+    assert resp.status_code == 200, resp.text
+    seen = [] if events is None else events
+    for line in resp.iter_lines(decode_unicode=True):
+        if line:
+            seen.append(json.loads(line[len("data: ") :]))
+    return seen
+
+
+def test_one_decoupled_instance_streams_requests_its_execute_handed_to_threads(server):
+    # Triton's vLLM backend returns from execute at once and streams from a
+    # loop of its own: the instance must take the next requests meanwhile.
+    results = {}
+
+    def ask(i):
+        results[i] = _background_stream(server, count=10, delay_ms=20)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == list(range(8))
+    for events in results.values():
+        assert [e["INDEX"] for e in events] == list(range(10)), events
+    peak = max(e["OPEN"] for events in results.values() for e in events)
+    assert peak >= 2, "the one instance never had two requests open at once"
+
+
+def test_a_client_that_stops_reading_holds_back_only_its_own_stream(server):
+    # A client that reads nothing: its socket fills, then its stream's
+    # queue, then the server fails its request (the model sees it
+    # cancelled). Meanwhile the same instance's other streams go on.
+    host, port = server.http_url.rsplit(":", 1)
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect((host, int(port)))
+    body = json.dumps({"COUNT": [10_000_000], "DELAY_MS": [0]})
+    stalled.sendall(
+        (
+            "POST /v2/models/background_streams/generate_stream HTTP/1.1\r\nHost: nereid\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+        ).encode()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        alone = False
+        while not alone and time.monotonic() < deadline:
+            # Each of these streams completes whatever the stalled one does.
+            events = _background_stream(server, count=3, delay_ms=5)
+            assert [e["INDEX"] for e in events] == [0, 1, 2], events
+            alone = events[-1]["OPEN"] == 1
+            time.sleep(0.2)
+        assert alone, "the stalled stream was never ended"
+        # When it reads at last, its stream ends with why.
+        stalled.settimeout(30)
+        received = b""
+        while not received.endswith(b"\r\n0\r\n\r\n"):
+            chunk = stalled.recv(1 << 20)
+            assert chunk, "the stalled stream's connection closed before its end"
+            received += chunk
+        assert b"responses behind the stream" in received[-2000:], received[-2000:]
+    finally:
+        stalled.close()
+
+
+def test_a_stub_that_dies_fails_the_streams_its_threads_left_open(server):
+    open_streams = [[] for _ in range(3)]
+    threads = [
+        threading.Thread(target=_background_stream, args=(server, 2000, 20, events)) for events in open_streams
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while not all(open_streams) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(open_streams), "the streams did not start"
+    client = _grpc(server)
+    exit_inputs = _inputs(
+        grpcclient,
+        [
+            ("COUNT", np.array([1], dtype=np.uint32)),
+            ("DELAY_MS", np.array([0], dtype=np.uint32)),
+            ("EXIT", np.array([True])),
+        ],
+    )
+    responses = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put(error))
+    try:
+        client.async_stream_infer("background_streams", exit_inputs)
+        error = responses.get(timeout=30)
+    finally:
+        client.stop_stream()
+    assert error is not None and "exited with status 3" in str(error), error
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive(), "a stream left open by the dead stub never ended"
+    for events in open_streams:
+        assert "error" in events[-1] and "exited with status 3" in events[-1]["error"], events[-1]
+        assert len(events) < 2000
+    # A new stub takes the next request.
+    assert [e["INDEX"] for e in _background_stream(server, count=2, delay_ms=0)] == [0, 1]
 
 
 def test_business_logic_scripting_calls_python_builtin_and_missing_models(server):

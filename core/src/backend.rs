@@ -189,6 +189,17 @@ pub trait ResponseSink {
 
     /// Whether `request`'s client has gone away.
     fn is_cancelled(&self, request: usize) -> bool;
+
+    /// Takes a decoupled model's `request` out of its batch, so that its
+    /// responses may go on after `execute` returns: Triton lets a
+    /// decoupled model keep a request's response sender past execute and
+    /// take its next batch meanwhile (its vLLM backend streams every
+    /// request from a loop of its own). The batch then neither ends nor
+    /// answers it; dropping the [`Responder`] ends it, as the final flag.
+    /// `None` when the model is not decoupled or the request has ended.
+    fn detach(&mut self, _request: usize) -> Option<crate::scheduler::responder::Responder> {
+        None
+    }
 }
 
 /// Runs one request of `rows` rows on the calling thread and returns its

@@ -612,6 +612,13 @@ impl ResponseSink for Sinks {
             .and_then(Option::as_ref)
             .is_none_or(Responder::is_closed)
     }
+
+    fn detach(&mut self, request: usize) -> Option<Responder> {
+        match self.streaming {
+            true => self.responders.get_mut(request).and_then(Option::take),
+            false => None,
+        }
+    }
 }
 
 /// The text of a panic payload, when it has one.

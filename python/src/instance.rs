@@ -2,12 +2,12 @@
 //! through it.
 //!
 //! The instance thread writes the batch's inputs into the host pool, sends
-//! `execute`, and reads the stub until the batch is over: an ordinary
-//! model's `executed` carries every response; a decoupled model's
-//! responses come one by one and the batch is over when `execute` has
-//! returned and every request has had its final flag. Meanwhile the stub
-//! may call other models (BLS, answered from the async runtime), log and
-//! update its metrics.
+//! `execute`, and reads the stub until `executed`, which carries every
+//! response; meanwhile the stub may call other models (BLS, answered from
+//! the async runtime), log and update its metrics. A decoupled model's
+//! stub is read by its [`Pump`](crate::pump::Pump) instead: its requests
+//! outlive their execute, so the instance waits only for `executed` and
+//! takes its next batch while they stream.
 //!
 //! A stub that dies, garbles the protocol or stays silent past the execute
 //! timeout fails the batch it was running and is replaced: the next batch
@@ -27,13 +27,15 @@ use nereid_core::response::Produced;
 use nereid_core::sequence_batcher::correlation::CorrelationId;
 use nereid_core::statistics::ComputeTiming;
 use nereid_core::tensor::Tensor;
+use parking_lot::Mutex;
 
 use crate::bls::{self, Caller};
 use crate::metrics::CustomMetrics;
 use crate::protocol::{
-    Descriptor, ExecRequest, FINAL, FromStub, InitArgs, SEQUENCE_END, SEQUENCE_START, ShmSettings, ToStub,
-    WireResponse, parameters_from_json, parameters_to_json,
+    Descriptor, ExecRequest, FromStub, InitArgs, SEQUENCE_END, SEQUENCE_START, ShmSettings, ToStub, WireResponse,
+    parameters_from_json, parameters_to_json,
 };
+use crate::shm::StubPool;
 use crate::stub::{Gone, Launch, Stub};
 
 /// What every instance of one model version shares.
@@ -89,6 +91,15 @@ impl PythonInstance {
     }
 
     fn launch(&self) -> Result<Stub> {
+        let mut stub = self.initialized()?;
+        if self.shared.decoupled {
+            stub.start_pump(Arc::clone(&self.shared))?;
+        }
+        Ok(stub)
+    }
+
+    /// A new stub with the model initialized in it.
+    fn initialized(&self) -> Result<Stub> {
         let shared = &self.shared;
         let mut stub = Stub::spawn(&shared.launch, &shared.model)?;
         let init = ToStub::Init {
@@ -156,7 +167,11 @@ impl ModelInstance for PythonInstance {
         let started = Instant::now();
         let shared = Arc::clone(&self.shared);
         let stub = self.stub()?;
-        match run(&shared, stub, batch, sink) {
+        let ran = match shared.decoupled {
+            true => run_decoupled(&shared, stub, batch, sink),
+            false => run(&shared, stub, batch, sink),
+        };
+        match ran {
             Ok(()) => {
                 self.failures = 0;
                 Ok(ComputeTiming {
@@ -167,6 +182,9 @@ impl ModelInstance for PythonInstance {
             Err(gone) => {
                 let reason = gone.describe();
                 tracing::error!(model = %shared.model, instance = %self.name, %reason, "the Python stub failed; its batch fails and a new stub will take the next");
+                if let Some(pump) = self.stub.as_ref().and_then(Stub::pump) {
+                    pump.stopping(reason.clone());
+                }
                 // Dropping it kills whatever is left of it.
                 self.stub = None;
                 self.failures += 1;
@@ -192,6 +210,127 @@ impl Drop for PythonInstance {
 /// unless the stub itself fails (then it is replaced, and the caller fails
 /// what is left).
 fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSink) -> Result<(), Gone> {
+    let (sent, exec) = written(shared, stub, batch, sink);
+    if sent.is_empty() {
+        return Ok(());
+    }
+    let count = sent.len();
+    stub.send(&ToStub::Execute {
+        requests: exec,
+        first: 0,
+    })?;
+    let caller = Caller {
+        runtime: shared.runtime.clone(),
+        members: shared.members.clone(),
+        writer: Arc::clone(stub.writer()),
+        host: Arc::clone(&stub.host),
+        model: shared.model.clone(),
+    };
+    let mut told_cancelled = vec![false; count];
+    let mut looked = Instant::now();
+    loop {
+        // The stub is told of a client that has gone (its model's
+        // is_cancelled() turns true) every CANCEL_POLL, whatever the stub
+        // sends meanwhile: a model that answers once, at the end, can stop
+        // early.
+        let waiting = Instant::now();
+        let message = loop {
+            if looked.elapsed() >= CANCEL_POLL {
+                tell_cancelled(stub, sink, &sent, &mut told_cancelled)?;
+                looked = Instant::now();
+            }
+            let left = shared.execute_timeout.saturating_sub(waiting.elapsed());
+            match stub.recv(CANCEL_POLL.min(left)) {
+                Err(Gone::Silent(_)) if !left.is_zero() => {}
+                Err(Gone::Silent(_)) => return Err(Gone::Silent(waiting.elapsed())),
+                received => break received?,
+            }
+        };
+        match message {
+            FromStub::Executed { responses, error } => {
+                if let Some(error) = error {
+                    let error = error.to_error();
+                    sent.iter().for_each(|p| {
+                        sink.fail(*p, error.clone());
+                    });
+                    return Ok(());
+                }
+                let responses = responses.unwrap_or_default();
+                if responses.len() != count {
+                    let error = Error::internal(format!(
+                        "model '{}': execute returned {} responses for {count} requests",
+                        shared.model,
+                        responses.len()
+                    ));
+                    sent.iter().for_each(|p| {
+                        sink.fail(*p, error.clone());
+                    });
+                    return Ok(());
+                }
+                for (i, response) in responses.into_iter().enumerate() {
+                    match produced(shared, &stub.stub_pool, response) {
+                        Ok(produced) => sink.send(sent[i], produced),
+                        Err(e) => sink.fail(sent[i], e),
+                    };
+                }
+                return Ok(());
+            }
+            FromStub::Response { .. } => {
+                return Err(Gone::Garbled(
+                    "a response sender's message from a model that is not decoupled".into(),
+                ));
+            }
+            FromStub::Bls(call) => {
+                let inputs: Result<Vec<Tensor>> = call.inputs.iter().map(|d| take(&stub.stub_pool, d)).collect();
+                match inputs {
+                    Ok(inputs) => bls::start(&caller, call, inputs),
+                    Err(e) => bls::refuse(&caller, call.call, &e),
+                }
+            }
+            FromStub::Log {
+                level,
+                message,
+                file,
+                line,
+            } => {
+                crate::log::emit(&shared.model, &level, &message, file.as_deref(), line);
+            }
+            FromStub::MetricFamily { .. } | FromStub::Metric { .. } | FromStub::MetricUpdate { .. } => {
+                stub.metrics.apply(&shared.metrics, &shared.model, &message);
+            }
+            other => {
+                return Err(Gone::Garbled(format!("{other:?} during execute")));
+            }
+        }
+    }
+}
+
+/// Runs one batch of a decoupled model: its requests' responders go to
+/// the pump, which sends their responses as they come, and the batch is
+/// over once `execute` has returned.
+fn run_decoupled(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSink) -> Result<(), Gone> {
+    let (sent, exec) = written(shared, stub, batch, sink);
+    if sent.is_empty() {
+        return Ok(());
+    }
+    let responders = sent.iter().map(|p| sink.detach(*p)).collect();
+    let pump = stub
+        .pump()
+        .ok_or_else(|| Gone::Garbled("a decoupled stub without its reader".into()))?;
+    let first = pump.open(responders, &shared.runtime);
+    stub.send(&ToStub::Execute { requests: exec, first })?;
+    pump.executed(shared.execute_timeout)
+}
+
+/// The batch's inputs written into the host pool: the batch positions of
+/// the requests to send (a request whose inputs do not fit is failed here
+/// and not sent), and the stub's view of each, in that order.
+fn written(
+    shared: &Shared,
+    stub: &mut Stub,
+    batch: Batch,
+    sink: &mut dyn ResponseSink,
+) -> (Vec<usize>, Vec<ExecRequest>) {
     let Batch { requests, info, .. } = batch;
     // Empty, or one per request in order.
     let mut info = info.into_iter();
@@ -218,142 +357,20 @@ fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSi
             }
         }
     }
-    if sent.is_empty() {
-        return Ok(());
-    }
-    let count = sent.len();
-    stub.send(&ToStub::Execute { requests: exec })?;
-    let caller = Caller {
-        runtime: shared.runtime.clone(),
-        members: shared.members.clone(),
-        writer: Arc::clone(stub.writer()),
-        host: Arc::clone(&stub.host),
-        model: shared.model.clone(),
-    };
-    let mut executed = false;
-    let mut ended = vec![false; count];
-    let mut told_cancelled = vec![false; count];
-    let mut looked = Instant::now();
-    loop {
-        if executed && ended.iter().all(|e| *e) {
-            return Ok(());
-        }
-        // The stub is told of a client that has gone (its model's
-        // is_cancelled() turns true) every CANCEL_POLL, whatever the stub
-        // sends meanwhile, not only when a response to it fails: a model
-        // that answers once, at the end, can stop early.
-        let waiting = Instant::now();
-        let message = loop {
-            if looked.elapsed() >= CANCEL_POLL {
-                tell_cancelled(stub, sink, &sent, &ended, &mut told_cancelled)?;
-                looked = Instant::now();
-            }
-            let left = shared.execute_timeout.saturating_sub(waiting.elapsed());
-            match stub.recv(CANCEL_POLL.min(left)) {
-                Err(Gone::Silent(_)) if !left.is_zero() => {}
-                Err(Gone::Silent(_)) => return Err(Gone::Silent(waiting.elapsed())),
-                received => break received?,
-            }
-        };
-        match message {
-            FromStub::Executed { responses, error } => {
-                executed = true;
-                if let Some(error) = error {
-                    let error = error.to_error();
-                    for (i, end) in ended.iter_mut().enumerate().filter(|(_, e)| !**e) {
-                        sink.fail(sent[i], error.clone());
-                        *end = true;
-                    }
-                    continue;
-                }
-                if shared.decoupled {
-                    continue;
-                }
-                let responses = responses.unwrap_or_default();
-                if responses.len() != count {
-                    let error = Error::internal(format!(
-                        "model '{}': execute returned {} responses for {count} requests",
-                        shared.model,
-                        responses.len()
-                    ));
-                    sent.iter().for_each(|p| {
-                        sink.fail(*p, error.clone());
-                    });
-                    return Ok(());
-                }
-                for (i, response) in responses.into_iter().enumerate() {
-                    deliver(shared, stub, sink, sent[i], response);
-                }
-                return Ok(());
-            }
-            FromStub::Response {
-                request,
-                response,
-                flags,
-            } => {
-                let Some(&position) = sent.get(request) else {
-                    return Err(Gone::Garbled(format!("a response to request {request} of {count}")));
-                };
-                if !shared.decoupled {
-                    return Err(Gone::Garbled(
-                        "a response sender's message from a model that is not decoupled".into(),
-                    ));
-                }
-                if ended[request] {
-                    tracing::warn!(model = %shared.model, request, "a response after the final flag is dropped");
-                    continue;
-                }
-                if let Some(response) = response
-                    && !deliver(shared, stub, sink, position, response)
-                {
-                    ended[request] = true;
-                }
-                if flags & FINAL != 0 {
-                    ended[request] = true;
-                }
-                tell_cancelled(stub, sink, &sent, &ended, &mut told_cancelled)?;
-            }
-            FromStub::Bls(call) => {
-                let inputs: Result<Vec<Tensor>> = call.inputs.iter().map(|d| take(stub, d)).collect();
-                match inputs {
-                    Ok(inputs) => bls::start(&caller, call, inputs),
-                    Err(e) => bls::refuse(&caller, call.call, &e),
-                }
-            }
-            FromStub::Log {
-                level,
-                message,
-                file,
-                line,
-            } => {
-                crate::log::emit(&shared.model, &level, &message, file.as_deref(), line);
-            }
-            FromStub::MetricFamily { .. } | FromStub::Metric { .. } | FromStub::MetricUpdate { .. } => {
-                stub.metrics.apply(&shared.metrics, &shared.model, &message);
-            }
-            other => {
-                return Err(Gone::Garbled(format!("{other:?} during execute")));
-            }
-        }
-    }
+    (sent, exec)
 }
 
-/// How often a waiting instance looks for requests whose clients have gone.
-const CANCEL_POLL: Duration = Duration::from_millis(50);
+/// How often a waiting instance (or a pump) looks for requests whose
+/// clients have gone.
+pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 /// Tells the stub, once each, of the running requests whose clients have
 /// gone away.
-fn tell_cancelled(
-    stub: &Stub,
-    sink: &dyn ResponseSink,
-    sent: &[usize],
-    ended: &[bool],
-    told: &mut [bool],
-) -> Result<(), Gone> {
+fn tell_cancelled(stub: &Stub, sink: &dyn ResponseSink, sent: &[usize], told: &mut [bool]) -> Result<(), Gone> {
     for (i, told) in told.iter_mut().enumerate() {
-        if !*told && !ended[i] && sink.is_cancelled(sent[i]) {
+        if !*told && sink.is_cancelled(sent[i]) {
             *told = true;
-            stub.send(&ToStub::Cancelled { request: i })?;
+            stub.send(&ToStub::Cancelled { request: i as u64 })?;
         }
     }
     Ok(())
@@ -410,61 +427,39 @@ fn exec_request(shared: &Shared, info: Option<RequestInfo>, inputs: Vec<Descript
     }
 }
 
-/// Sends one response of the request at `position`: its outputs, checked
-/// against the config, and its parameters, or its error. `false` when it
-/// ended the request.
-fn deliver(
-    shared: &Shared,
-    stub: &mut Stub,
-    sink: &mut dyn ResponseSink,
-    position: usize,
-    response: WireResponse,
-) -> bool {
+/// One response as the model made it: its outputs, checked against the
+/// config, and its parameters; or its error.
+pub(crate) fn produced(shared: &Shared, pool: &Mutex<StubPool>, response: WireResponse) -> Result<Produced> {
     if let Some(error) = response.error {
-        sink.fail(position, error.to_error());
-        return false;
+        return Err(error.to_error());
     }
-    let produced = response
+    let outputs = response
         .outputs
         .iter()
-        .map(|d| take(stub, d).and_then(|t| check_output(shared, t)))
-        .collect::<Result<Vec<Tensor>>>()
-        .and_then(|outputs| {
-            let parameters = match &response.parameters {
-                Some(json) => parameters_from_json(json).map_err(|e| {
-                    Error::internal(format!(
-                        "model '{}' returned bad response parameters: {}",
-                        shared.model,
-                        e.message()
-                    ))
-                })?,
-                None => Default::default(),
-            };
-            Ok(Produced { outputs, parameters })
-        });
-    match produced {
-        Ok(produced) => {
-            // A client gone away is told to the stub as a cancellation;
-            // the request ends when the model ends it.
-            sink.send(position, produced);
-            true
-        }
-        Err(e) => {
-            sink.fail(position, e);
-            false
-        }
-    }
+        .map(|d| take(pool, d).and_then(|t| check_output(shared, t)))
+        .collect::<Result<Vec<Tensor>>>()?;
+    let parameters = match &response.parameters {
+        Some(json) => parameters_from_json(json).map_err(|e| {
+            Error::internal(format!(
+                "model '{}' returned bad response parameters: {}",
+                shared.model,
+                e.message()
+            ))
+        })?,
+        None => Default::default(),
+    };
+    Ok(Produced { outputs, parameters })
 }
 
 /// A tensor from the stub's pool, without a copy.
-fn take(stub: &mut Stub, descriptor: &Descriptor) -> Result<Tensor> {
+pub(crate) fn take(pool: &Mutex<StubPool>, descriptor: &Descriptor) -> Result<Tensor> {
     let datatype = DataType::from_wire(&descriptor.datatype).ok_or_else(|| {
         Error::internal(format!(
             "tensor '{}' has an unknown datatype '{}'",
             descriptor.name, descriptor.datatype
         ))
     })?;
-    let data: Bytes = stub.stub_pool.lock().take(descriptor)?;
+    let data: Bytes = pool.lock().take(descriptor)?;
     let tensor = Tensor::new(descriptor.name.clone(), datatype, descriptor.shape.clone(), data);
     tensor.check_data_size()?;
     Ok(tensor)

@@ -24,6 +24,7 @@ mod instance;
 mod log;
 mod metrics;
 mod protocol;
+mod pump;
 mod shm;
 mod stub;
 mod stub_files;

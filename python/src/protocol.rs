@@ -127,11 +127,16 @@ pub enum ToStub {
         model_file: String,
         config: serde_json::Value,
     },
+    /// `first` is the key of the first request; the others follow it. A
+    /// decoupled model's keys are unique for the stub's life, as its
+    /// requests may outlive their execute; other models' start at 0.
     Execute {
         requests: Vec<ExecRequest>,
+        first: u64,
     },
+    /// The request with this key has lost its client.
     Cancelled {
-        request: usize,
+        request: u64,
     },
     BlsResponse {
         call: u64,
@@ -193,8 +198,9 @@ pub enum FromStub {
         #[serde(default)]
         error: Option<WireError>,
     },
+    /// One response of the request with this key.
     Response {
-        request: usize,
+        request: u64,
         #[serde(default)]
         response: Option<WireResponse>,
         #[serde(default)]

@@ -15,8 +15,10 @@ use nereid_core::error::{Error, Result};
 use parking_lot::Mutex;
 
 use crate::channel::{self, FrameReader};
+use crate::instance::Shared;
 use crate::metrics::{CustomMetrics, StubMetrics};
 use crate::protocol::{FromStub, ToStub};
+use crate::pump::{self, Pump};
 use crate::shm::{HostPool, PoolSize, StubPool};
 
 /// The fd the stub finds its socket on (`NEREID_STUB_FD`).
@@ -38,15 +40,26 @@ pub type Writer = Arc<Mutex<UnixStream>>;
 
 /// A running stub.
 pub struct Stub {
-    child: Child,
-    /// The last lines it wrote to stderr (which go on to the server's).
-    stderr: StderrTail,
-    reader: FrameReader,
+    ending: Ending,
+    /// Its messages, read by the instance thread; `None` once a [`Pump`]
+    /// reads them.
+    reader: Option<FrameReader>,
     writer: Writer,
     pub host: Arc<Mutex<HostPool>>,
     pub stub_pool: Arc<Mutex<StubPool>>,
     /// Its custom metrics, by its own numbers.
     pub metrics: StubMetrics,
+    /// A decoupled model's reader thread (dropped after the process is
+    /// killed, so its thread ends).
+    pump: Option<Pump>,
+}
+
+/// What says how a stub ended: its process and its last words.
+#[derive(Clone)]
+pub struct Ending {
+    child: Arc<Mutex<Child>>,
+    /// The last lines it wrote to stderr (which go on to the server's).
+    stderr: StderrTail,
 }
 
 /// How a read from the stub failed.
@@ -125,20 +138,50 @@ impl Stub {
             .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))?;
         let writer = Arc::new(Mutex::new(writer));
         Ok(Stub {
-            child,
-            stderr,
-            reader: FrameReader::new(ours),
+            ending: Ending {
+                child: Arc::new(Mutex::new(child)),
+                stderr,
+            },
+            reader: Some(FrameReader::new(ours)),
             host: Arc::new(Mutex::new(HostPool::new(&label, launch.pool, Arc::clone(&writer)))),
             writer,
             stub_pool: Arc::new(Mutex::new(StubPool::default())),
             metrics: StubMetrics::default(),
+            pump: None,
         })
     }
 
-    /// Whether the process has ended (killed while idle, say): the next
-    /// batch then goes to a new stub instead of failing on this one.
+    /// Whether the process has ended (killed while idle, say), or its
+    /// pump has stopped reading it: the next batch then goes to a new stub
+    /// instead of failing on this one.
     pub fn has_exited(&mut self) -> bool {
-        !matches!(self.child.try_wait(), Ok(None))
+        !matches!(self.ending.child.lock().try_wait(), Ok(None)) || self.pump.as_ref().is_some_and(Pump::stopped)
+    }
+
+    /// From now on a thread of its own reads the stub (a decoupled model's
+    /// requests outlive their execute; see [`crate::pump`]).
+    pub fn start_pump(&mut self, shared: Arc<Shared>) -> Result<()> {
+        let Some(reader) = self.reader.take() else {
+            return Ok(());
+        };
+        let pump = pump::Pump::start(
+            reader,
+            pump::Parts {
+                shared,
+                writer: Arc::clone(&self.writer),
+                host: Arc::clone(&self.host),
+                stub_pool: Arc::clone(&self.stub_pool),
+                metrics: std::mem::take(&mut self.metrics),
+                ending: self.ending.clone(),
+            },
+        )?;
+        self.pump = Some(pump);
+        Ok(())
+    }
+
+    /// The pump, once started.
+    pub fn pump(&self) -> Option<&Pump> {
+        self.pump.as_ref()
     }
 
     pub fn writer(&self) -> &Writer {
@@ -160,7 +203,8 @@ impl Stub {
                 FromStub::Segment { seg } => {
                     let fd = self
                         .reader
-                        .take_fd()
+                        .as_mut()
+                        .and_then(FrameReader::take_fd)
                         .ok_or_else(|| Gone::Garbled(format!("segment {seg} came without its descriptor")))?;
                     self.stub_pool.lock().add(seg, fd).map_err(Gone::Garbled)?;
                 }
@@ -170,20 +214,10 @@ impl Stub {
     }
 
     fn recv_frame(&mut self, deadline: Duration, started: Instant) -> std::result::Result<FromStub, Gone> {
-        // A zero timeout means "none" to the socket.
-        let _ = self
-            .reader
-            .socket()
-            .set_read_timeout(Some(deadline.max(Duration::from_millis(1))));
-        match self.reader.read_frame() {
-            Ok(Some(message)) => Ok(message),
-            Ok(None) => Err(Gone::Exited(self.exit_status())),
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                Err(Gone::Silent(started.elapsed()))
-            }
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(Gone::Garbled(e.to_string())),
-            Err(_) => Err(Gone::Exited(self.exit_status())),
-        }
+        let Some(reader) = self.reader.as_mut() else {
+            return Err(Gone::Garbled("the stub is read by its pump".into()));
+        };
+        read_frame(reader, deadline, started, &self.ending)
     }
 
     /// The stub's answer to `init` or `auto_complete`: its first message
@@ -212,29 +246,20 @@ impl Stub {
         }
     }
 
-    /// How the process ended, waiting a moment for it: its socket closes
-    /// as it exits.
-    fn exit_status(&mut self) -> String {
-        let until = Instant::now() + Duration::from_secs(2);
-        let how = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break describe_exit(status),
-                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
-                _ => break "closed its socket".to_string(),
-            }
-        };
-        match self.stderr.last_lines() {
-            Some(lines) => format!("{how}; its last words: {lines}"),
-            None => how,
-        }
-    }
-
     /// Asks the stub to finalize and exit, waiting at most `deadline`
     /// (what the model logs meanwhile is logged), then makes sure it is
-    /// gone.
+    /// gone. A decoupled model's open requests may end first, within the
+    /// same deadline.
     pub fn finalize(mut self, deadline: Duration, model: &str, metrics: &CustomMetrics) {
+        let until = Instant::now() + deadline;
+        if let Some(pump) = self.pump.as_ref() {
+            pump.wait_for_open(until);
+            if send(&self.writer, &ToStub::Finalize).is_ok() {
+                pump.finalized(until);
+            }
+            return;
+        }
         if self.send(&ToStub::Finalize).is_ok() {
-            let until = Instant::now() + deadline;
             while let Ok(message) = self.answer(until.saturating_duration_since(Instant::now()), model, metrics) {
                 if matches!(message, FromStub::Finalized) {
                     break;
@@ -245,13 +270,56 @@ impl Stub {
     }
 }
 
+impl Ending {
+    /// How the process ended, waiting a moment for it: its socket closes
+    /// as it exits.
+    pub fn describe(&self) -> String {
+        let until = Instant::now() + Duration::from_secs(2);
+        let how = loop {
+            let status = self.child.lock().try_wait();
+            match status {
+                Ok(Some(status)) => break describe_exit(status),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+                _ => break "closed its socket".to_string(),
+            }
+        };
+        match self.stderr.last_lines() {
+            Some(lines) => format!("{how}; its last words: {lines}"),
+            None => how,
+        }
+    }
+}
+
+/// The next frame from `reader`, waiting at most `deadline`.
+pub fn read_frame(
+    reader: &mut FrameReader,
+    deadline: Duration,
+    started: Instant,
+    ending: &Ending,
+) -> std::result::Result<FromStub, Gone> {
+    // A zero timeout means "none" to the socket.
+    let _ = reader
+        .socket()
+        .set_read_timeout(Some(deadline.max(Duration::from_millis(1))));
+    match reader.read_frame() {
+        Ok(Some(message)) => Ok(message),
+        Ok(None) => Err(Gone::Exited(ending.describe())),
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(Gone::Silent(started.elapsed()))
+        }
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(Gone::Garbled(e.to_string())),
+        Err(_) => Err(Gone::Exited(ending.describe())),
+    }
+}
+
 impl Drop for Stub {
     fn drop(&mut self) {
-        let _ = self.reader.socket().shutdown(std::net::Shutdown::Both);
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
+        let _ = self.writer.lock().shutdown(std::net::Shutdown::Both);
+        let mut child = self.ending.child.lock();
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
         }
-        let _ = self.child.wait();
+        let _ = child.wait();
     }
 }
 

@@ -60,22 +60,29 @@ def error_wire(exc_or_text, code="INTERNAL"):
 class Execution:
     """One execute: how its requests' senders reach the server."""
 
-    __slots__ = ("rt", "decoupled", "requested", "collected", "final")
+    __slots__ = ("rt", "decoupled", "first", "requested", "collected", "final")
 
-    def __init__(self, rt, decoupled, requested):
+    def __init__(self, rt, decoupled, first, requested):
         self.rt = rt
         self.decoupled = decoupled
+        self.first = first  # the key of request 0; the others follow
         self.requested = requested  # per request: a set of output names, or None (all)
         n = len(requested)
         self.collected = [None] * n
         self.final = [False] * n
 
+    def forget(self):
+        """The server can no longer cancel any of these requests."""
+        for key in range(self.first, self.first + len(self.requested)):
+            self.rt.live.pop(key, None)
+
     def sender_send(self, index, response, final):
         if self.decoupled:
+            key = self.first + index
             wire = None if response is None else response._to_wire(self.rt, self.requested[index])
-            self.rt.channel.send(
-                {"op": "response", "request": index, "response": wire, "flags": 1 if final else 0}
-            )
+            self.rt.channel.send({"op": "response", "request": key, "response": wire, "flags": 1 if final else 0})
+            if final:
+                self.rt.live.pop(key, None)
             return
         # Not decoupled: the sender may give each request its one response;
         # it goes out in `executed` when execute returns None.
@@ -220,17 +227,28 @@ class Stub:
     def on_execute(self, msg):
         rt = self.rt
         reqs = msg.get("requests") or []
-        state = msg.get("_state") or rt_mod.ExecState(len(reqs))
-        if self.model is None:
-            self._free_inputs(reqs)
-            self.executed_error(error_wire("execute before a successful init"))
-            return
+        state = msg.get("_state") or rt_mod.ExecState(msg.get("first") or 0, len(reqs))
         if PRUNE_UNREQUESTED:
             requested = [set(r.get("requested_outputs") or ()) or None for r in reqs]
         else:
             requested = [None] * len(reqs)
-        ex = Execution(rt, self.decoupled, requested)
+        ex = Execution(rt, self.decoupled, state.first, requested)
         rt.current = ex
+        try:
+            self._execute(ex, state, reqs)
+        finally:
+            # A decoupled model's requests stay cancellable until their
+            # final response (or executed_error, which ends them all).
+            if not self.decoupled:
+                ex.forget()
+
+    def _execute(self, ex, state, reqs):
+        rt = self.rt
+        requested = ex.requested
+        if self.model is None:
+            self._free_inputs(reqs)
+            self.executed_error(error_wire("execute before a successful init"))
+            return
         try:
             requests = self._requests(ex, state, reqs)
         except BaseException as e:
@@ -325,6 +343,9 @@ class Stub:
         return requests
 
     def executed_error(self, error):
+        # The server ends every request of the execute still open.
+        if self.rt.current is not None:
+            self.rt.current.forget()
         msg = {"op": "executed", "error": error}
         if not self.decoupled:
             msg["responses"] = []

@@ -591,11 +591,13 @@ def write_tensor(pool, name, array, datatype):
 
 
 class ExecState:
-    """What the stub knows of the running execute: its cancellations."""
+    """What the stub knows of an execute's requests: the key of the first
+    (the others follow it) and their cancellations."""
 
-    __slots__ = ("cancelled",)
+    __slots__ = ("first", "cancelled")
 
-    def __init__(self, n):
+    def __init__(self, first, n):
+        self.first = first
         self.cancelled = [False] * n
 
 
@@ -617,7 +619,10 @@ class Runtime:
     def __init__(self, sock):
         self.channel = Channel(sock, self._dispatch)
         self.main_q = collections.deque()
-        self.exec_state = ExecState(0)
+        # The requests the server may still cancel, by key: (their
+        # ExecState, their index in it). A decoupled model's stay until
+        # their final response, across executes; others' until executed.
+        self.live = {}
         self.calls = {}
         self.next_call = 1
         self.async_pending = 0
@@ -665,15 +670,16 @@ class Runtime:
                 del self.calls[call.id]
                 self._finish(call)
         elif op == "cancelled":
-            i = msg.get("request")
-            flags = self.exec_state.cancelled
-            if isinstance(i, int) and 0 <= i < len(flags):
-                flags[i] = True
-            else:
-                eprint("a cancellation of request", i, "of", len(flags))
+            # A request that has just ended may be cancelled as it ends.
+            live = self.live.get(msg.get("request"))
+            if live is not None:
+                live[0].cancelled[live[1]] = True
         elif op == "execute":
-            state = ExecState(len(msg.get("requests") or ()))
-            self.exec_state = state
+            first = msg.get("first") or 0
+            n = len(msg.get("requests") or ())
+            state = ExecState(first, n)
+            for i in range(n):
+                self.live[first + i] = (state, i)
             msg["_state"] = state
             self.main_q.append(msg)
         elif op in ("init", "auto_complete", "finalize"):
