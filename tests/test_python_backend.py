@@ -319,6 +319,33 @@ def test_a_client_that_stops_reading_holds_back_only_its_own_stream(server):
         stalled.close()
 
 
+def _background_failure(server, action: str):
+    """The error of a background_streams request with `action` set, over a gRPC stream."""
+    client = _grpc(server)
+    inputs = _inputs(
+        grpcclient,
+        [
+            ("COUNT", np.array([1], dtype=np.uint32)),
+            ("DELAY_MS", np.array([0], dtype=np.uint32)),
+            (action, np.array([True])),
+        ],
+    )
+    responses = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put(error))
+    try:
+        client.async_stream_infer("background_streams", inputs)
+        return responses.get(timeout=60)
+    finally:
+        client.stop_stream()
+
+
+def test_a_decoupled_execute_that_hangs_times_out_and_the_stub_is_replaced(server):
+    # The server's execute timeout is 3 s.
+    error = _background_failure(server, "HANG")
+    assert error is not None and "sent nothing for" in str(error) and "restarting" in str(error), error
+    assert [e["INDEX"] for e in _background_stream(server, count=2, delay_ms=0)] == [0, 1]
+
+
 def test_a_stub_that_dies_fails_the_streams_its_threads_left_open(server):
     open_streams = [[] for _ in range(3)]
     threads = [
@@ -330,22 +357,7 @@ def test_a_stub_that_dies_fails_the_streams_its_threads_left_open(server):
     while not all(open_streams) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(open_streams), "the streams did not start"
-    client = _grpc(server)
-    exit_inputs = _inputs(
-        grpcclient,
-        [
-            ("COUNT", np.array([1], dtype=np.uint32)),
-            ("DELAY_MS", np.array([0], dtype=np.uint32)),
-            ("EXIT", np.array([True])),
-        ],
-    )
-    responses = queue.Queue()
-    client.start_stream(callback=lambda result, error: responses.put(error))
-    try:
-        client.async_stream_infer("background_streams", exit_inputs)
-        error = responses.get(timeout=30)
-    finally:
-        client.stop_stream()
+    error = _background_failure(server, "EXIT")
     assert error is not None and "exited with status 3" in str(error), error
     for t in threads:
         t.join(30)

@@ -318,8 +318,18 @@ fn run_decoupled(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn 
         .pump()
         .ok_or_else(|| Gone::Garbled("a decoupled stub without its reader".into()))?;
     let first = pump.open(responders, &shared.runtime);
-    stub.send(&ToStub::Execute { requests: exec, first })?;
-    pump.executed(shared.execute_timeout)
+    let ran = stub
+        .send(&ToStub::Execute { requests: exec, first })
+        .and_then(|()| pump.executed(shared.execute_timeout));
+    if let Err(gone) = &ran {
+        let error = Error::unavailable(format!(
+            "model '{}': {}; the instance is restarting",
+            shared.model,
+            gone.describe()
+        ));
+        pump.abandon(first, sent.len() as u64, &error);
+    }
+    ran
 }
 
 /// The batch's inputs written into the host pool: the batch positions of

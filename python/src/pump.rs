@@ -243,6 +243,12 @@ impl Pump {
         }
     }
 
+    /// Fails the requests of an execute that never ran to `executed`
+    /// (the stub went meanwhile) and are still open.
+    pub fn abandon(&self, first: u64, count: u64, error: &Error) {
+        fail(&self.open, first..first + count, error);
+    }
+
     /// Waits until no request is open, or `until`.
     pub fn wait_for_open(&self, until: Instant) {
         while !self.open.lock().is_empty() && !self.stopped() && Instant::now() < until {
@@ -263,10 +269,33 @@ impl Pump {
 
 impl Drop for Pump {
     /// The stub is killed and its socket shut before this (see
-    /// `Stub`'s drop), so the thread is ending.
+    /// `Stub`'s drop), so the thread is ending. It fails what was open
+    /// when it ended; a request filed after that fails here.
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
+        }
+        fail_all(
+            &self.open,
+            &Error::unavailable("the model instance stopped before the request ended"),
+        );
+    }
+}
+
+/// Ends every open request with `error`.
+fn fail_all(open: &Table, error: &Error) {
+    for (_, request) in open.lock().drain() {
+        request.send(Err(error.clone()));
+    }
+}
+
+/// Ends the open requests among `keys` with `error` (once their earlier
+/// responses have reached their clients).
+fn fail(open: &Table, keys: std::ops::Range<u64>, error: &Error) {
+    let mut open = open.lock();
+    for key in keys {
+        if let Some(request) = open.remove(&key) {
+            request.send(Err(error.clone()));
         }
     }
 }
@@ -307,9 +336,7 @@ impl Reading {
         let shared = &self.parts.shared;
         let why = self.why.lock().take().unwrap_or_else(|| gone.describe());
         let error = Error::unavailable(format!("model '{}': {why}; the instance is restarting", shared.model));
-        for (_, open) in self.open.lock().drain() {
-            open.send(Err(error.clone()));
-        }
+        fail_all(&self.open, &error);
         let _ = self.events.send(Event::Gone(gone));
     }
 
@@ -414,13 +441,7 @@ impl Reading {
     /// Fails the running execute's requests still open with the error its
     /// `execute` raised.
     fn fail_running(&self, first: u64, count: u64, error: &WireError) {
-        let error = error.to_error();
-        let mut open = self.open.lock();
-        for key in first..first + count {
-            if let Some(open) = open.remove(&key) {
-                open.send(Err(error.clone()));
-            }
-        }
+        fail(&self.open, first..first + count, &error.to_error());
     }
 
     /// Tells the stub, once each, of the open requests whose clients have gone.

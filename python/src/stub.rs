@@ -45,6 +45,9 @@ pub struct Stub {
     /// reads them.
     reader: Option<FrameReader>,
     writer: Writer,
+    /// The socket once more, to shut it without the writer's lock, which
+    /// a writer blocked on a stub that reads nothing may hold.
+    socket: UnixStream,
     pub host: Arc<Mutex<HostPool>>,
     pub stub_pool: Arc<Mutex<StubPool>>,
     /// Its custom metrics, by its own numbers.
@@ -137,7 +140,11 @@ impl Stub {
             .try_clone()
             .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))?;
         let writer = Arc::new(Mutex::new(writer));
+        let socket = ours
+            .try_clone()
+            .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))?;
         Ok(Stub {
+            socket,
             ending: Ending {
                 child: Arc::new(Mutex::new(child)),
                 stderr,
@@ -314,7 +321,8 @@ pub fn read_frame(
 
 impl Drop for Stub {
     fn drop(&mut self) {
-        let _ = self.writer.lock().shutdown(std::net::Shutdown::Both);
+        // Wakes whatever reads or writes it (the pump among them).
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
         let mut child = self.ending.child.lock();
         if matches!(child.try_wait(), Ok(None)) {
             let _ = child.kill();

@@ -2,7 +2,8 @@
 each request to a thread of its own and returns at once, so its one
 instance streams many requests together. Each response carries its index
 and how many requests the model had open when it was sent (OPEN). EXIT
-makes the stub exit, with every open request unfinished."""
+makes the stub exit, with every open request unfinished; HANG makes
+execute hang."""
 
 import os
 import threading
@@ -26,6 +27,8 @@ class TritonPythonModel:
         for request in requests:
             if _scalar(request, "EXIT"):
                 os._exit(3)
+            if _scalar(request, "HANG"):
+                time.sleep(3600)
             count = int(_scalar(request, "COUNT"))
             delay = int(_scalar(request, "DELAY_MS")) / 1000
             with self.lock:
