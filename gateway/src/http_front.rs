@@ -13,16 +13,15 @@
 //! is refused with 401 and `www-authenticate: Bearer` once its head is
 //! read, before its body.
 //!
-//! The OpenAI API's completions and chat completions are routed by their
-//! body's `model` (`namespace/name` names another namespace, and the pod
-//! gets the plain name); `/v1/models` lists the models the request may
-//! reach, from discovery, as the repository index does.
+//! The OpenAI API's routes are [`openai`]'s.
 //!
 //! Only a model's data plane is forwarded (metadata, ready, config, stats,
 //! infer, generate, generate_stream: [`model_name::ModelCall`]), as on the
 //! gRPC port; Triton's endpoints about one server (trace and log settings,
 //! shared memory) are refused with 403, anything else with 404, both with
 //! KServe's `{"error": "..."}`.
+
+mod openai;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -60,187 +59,15 @@ pub async fn serve(gateway: Arc<Gateway>, request: Request<Incoming>) -> Result<
         HttpRoute::Model { name, .. } => per_model(&gateway, request, name, started).await,
         HttpRoute::Server => server(&gateway, request, started).await,
         HttpRoute::Repository => repository(&gateway, request).await,
-        HttpRoute::OpenAi(OpenAiCall::Models) => openai_models(&gateway, &request),
-        HttpRoute::OpenAiModel { name } => openai_model(&gateway, &request, &name),
-        HttpRoute::OpenAi(OpenAiCall::Generate) => openai_generate(&gateway, request, started).await,
+        HttpRoute::OpenAi(OpenAiCall::Models) => openai::models(&gateway, &request),
+        HttpRoute::OpenAiModel { name } => openai::model(&gateway, &request, &name),
+        HttpRoute::OpenAi(OpenAiCall::Generate) => openai::generate(&gateway, request, started).await,
     })
-}
-
-/// `GET /v1/models`: the ready models the request may reach (the gateway
-/// cannot tell text models from others: a pod's own list has only those).
-fn openai_models(gateway: &Gateway, request: &Request<Incoming>) -> Response<Reply> {
-    let data: Vec<serde_json::Value> = gateway
-        .index(request.headers())
-        .into_iter()
-        .filter(|entry| entry.ready)
-        .map(|entry| json!({"id": entry.name, "object": "model", "created": 0, "owned_by": "nereid"}))
-        .collect();
-    json_reply(StatusCode::OK, &json!({"object": "list", "data": data}))
-}
-
-/// `GET /v1/models/{id}`: the model when it is ready and the request may
-/// reach it, by its plain name or as `namespace/name`.
-fn openai_model(gateway: &Gateway, request: &Request<Incoming>, id: &str) -> Response<Reply> {
-    let found = gateway.index(request.headers()).into_iter().any(|entry| {
-        let plain = entry.name.rsplit('/').next().unwrap_or(&entry.name);
-        entry.ready
-            && (entry.name == id
-                || id
-                    .split_once('/')
-                    .is_some_and(|(ns, name)| ns == entry.namespace && name == plain))
-    });
-    match found {
-        true => json_reply(
-            StatusCode::OK,
-            &json!({"id": id, "object": "model", "created": 0, "owned_by": "nereid"}),
-        ),
-        false => openai_error(
-            StatusCode::NOT_FOUND,
-            &format!("The model '{id}' does not exist"),
-            Some("model"),
-        ),
-    }
-}
-
-/// The body's `model`, read straight from its chunks: the rest of the JSON
-/// (a prompt may be megabytes) is skipped, never built or copied.
-fn model_of(chunks: &[bytes::Bytes]) -> serde_json::Result<Option<String>> {
-    #[derive(serde::Deserialize)]
-    struct Named {
-        model: Option<String>,
-    }
-    let reader = Chunks { rest: chunks, at: 0 };
-    serde_json::from_reader::<_, Named>(std::io::BufReader::new(reader)).map(|named| named.model)
-}
-
-/// `body` with its `model` replaced: each other member kept as its raw
-/// text, so it costs a copy of the body, not a tree of its values.
-fn with_model(body: &[u8], model: &str) -> serde_json::Result<bytes::Bytes> {
-    let mut members: std::collections::BTreeMap<String, &serde_json::value::RawValue> = serde_json::from_slice(body)?;
-    let name = serde_json::value::to_raw_value(model)?;
-    members.insert("model".to_string(), &name);
-    serde_json::to_vec(&members).map(bytes::Bytes::from)
-}
-
-/// The body's chunks as one reader.
-struct Chunks<'a> {
-    rest: &'a [bytes::Bytes],
-    at: usize,
-}
-
-impl std::io::Read for Chunks<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while let Some(first) = self.rest.first() {
-            let left = &first[self.at..];
-            if left.is_empty() {
-                self.rest = &self.rest[1..];
-                self.at = 0;
-                continue;
-            }
-            let n = left.len().min(buf.len());
-            buf[..n].copy_from_slice(&left[..n]);
-            self.at += n;
-            return Ok(n);
-        }
-        Ok(0)
-    }
-}
-
-/// The OpenAI API's error body.
-fn openai_error(status: StatusCode, message: &str, param: Option<&str>) -> Response<Reply> {
-    let (kind, code) = match status {
-        StatusCode::NOT_FOUND => ("invalid_request_error", Some("model_not_found")),
-        StatusCode::UNAUTHORIZED => ("authentication_error", None),
-        s if s.is_server_error() => ("server_error", None),
-        _ => ("invalid_request_error", None),
-    };
-    json_reply(
-        status,
-        &json!({"error": {"message": message, "type": kind, "param": param, "code": code}}),
-    )
-}
-
-/// A completion or chat completion: read whole (it is JSON text), routed by
-/// its `model`, forwarded as it came unless that name had to lose its
-/// namespace.
-async fn openai_generate(gateway: &Gateway, request: Request<Incoming>, started: Instant) -> Response<Reply> {
-    let (parts, body) = request.into_parts();
-    if parts.method != Method::POST {
-        return openai_error(StatusCode::METHOD_NOT_ALLOWED, "completions are POST requests", None);
-    }
-    let limits = gateway.limits.body();
-    let mut charge = gateway.charge();
-    let chunks = match read_while(body, limits, &mut charge, |_, _| true).await {
-        Ok((chunks, _)) => chunks,
-        Err(error) => return read_failure_as(gateway, &error, Style::OpenAi),
-    };
-    let name = match model_of(&chunks) {
-        Ok(Some(name)) if !name.is_empty() => name,
-        Ok(_) => {
-            gateway.metrics.failed("", Failure::BadRequest);
-            return openai_error(StatusCode::BAD_REQUEST, "the request names no 'model'", Some("model"));
-        }
-        Err(error) => {
-            gateway.metrics.failed("", Failure::BadRequest);
-            return openai_error(
-                StatusCode::BAD_REQUEST,
-                &format!("the request body is not JSON: {error}"),
-                None,
-            );
-        }
-    };
-    let namespace = parts.headers.get(NAMESPACE_HEADER).and_then(|v| v.to_str().ok());
-    let requested = match namespace {
-        Some(namespace) if !name.contains('/') => format!("{namespace}/{name}"),
-        _ => name.clone(),
-    };
-    let requested = match gateway.admit(requested, &parts.headers) {
-        Ok(requested) => requested,
-        Err(refused) => return refusal_as(refused, Style::OpenAi),
-    };
-    // The pod knows the model by its plain name.
-    let chunks = match name.split_once('/') {
-        Some((_, plain)) => match with_model(&chunks.concat(), plain) {
-            Ok(body) => vec![body],
-            Err(error) => {
-                return openai_error(
-                    StatusCode::BAD_REQUEST,
-                    &format!("the request body is not JSON: {error}"),
-                    None,
-                );
-            }
-        },
-        None => chunks,
-    };
-    let mut headers = parts.headers;
-    if name.contains('/') {
-        let length: usize = chunks.iter().map(bytes::Bytes::len).sum();
-        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-        headers.remove(header::CONTENT_ENCODING);
-    }
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let forward = Forward {
-        protocol: Protocol::Http,
-        model: &requested,
-        method: parts.method,
-        path,
-        headers,
-        body: Payload::Whole(chunks),
-        started,
-    };
-    gateway
-        .forward(forward)
-        .await
-        .unwrap_or_else(|error| forward_failure_as(&error, Style::OpenAi))
 }
 
 async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, started: Instant) -> Response<Reply> {
     let (parts, body) = request.into_parts();
-    let namespace = parts.headers.get(NAMESPACE_HEADER).and_then(|v| v.to_str().ok());
-    let requested = match namespace {
-        Some(namespace) if !name.contains('/') => format!("{namespace}/{name}"),
-        _ => name,
-    };
+    let requested = qualified(name, &parts.headers);
     // Before the body is read: a request that may not reach the model
     // costs no more than its head.
     let requested = match gateway.admit(requested, &parts.headers) {
@@ -280,6 +107,15 @@ async fn per_model(gateway: &Gateway, request: Request<Incoming>, name: String, 
         .forward(forward)
         .await
         .unwrap_or_else(|error| forward_failure(&error))
+}
+
+/// `name` in the namespace the `nereid-namespace` header names, unless it
+/// names one itself (`namespace/name`).
+fn qualified(name: String, headers: &http::HeaderMap) -> String {
+    match headers.get(NAMESPACE_HEADER).and_then(|v| v.to_str().ok()) {
+        Some(namespace) if !name.contains('/') => format!("{namespace}/{name}"),
+        _ => name,
+    }
 }
 
 /// `path` with a namespace-qualified model segment (`ml%2Fresnet`) cut to
@@ -459,7 +295,7 @@ impl Style {
     fn error(self, status: StatusCode, text: &str) -> Response<Reply> {
         match self {
             Style::Kserve => error_json(status, text),
-            Style::OpenAi => openai_error(status, text, None),
+            Style::OpenAi => openai::error_reply(status, text, None),
         }
     }
 }
@@ -481,22 +317,6 @@ fn json_reply(status: StatusCode, value: &serde_json::Value) -> Response<Reply> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_openai_body_is_routed_by_its_model_and_renamed_without_a_tree() {
-        let chunks = [
-            bytes::Bytes::from_static(b"{\"prompt\": \"long\", \"mod"),
-            bytes::Bytes::from_static(b"el\": \"ml/llm\", \"n\": [1, 2]}"),
-        ];
-        assert_eq!(model_of(&chunks).unwrap().as_deref(), Some("ml/llm"));
-        assert_eq!(model_of(&[bytes::Bytes::from_static(b"{}")]).unwrap(), None);
-        assert!(model_of(&[bytes::Bytes::from_static(b"{x")]).is_err());
-        let renamed: serde_json::Value = serde_json::from_slice(&with_model(&chunks.concat(), "llm").unwrap()).unwrap();
-        assert_eq!(
-            renamed,
-            serde_json::json!({"prompt": "long", "model": "llm", "n": [1, 2]})
-        );
-    }
 
     #[test]
     fn a_qualified_model_segment_becomes_the_plain_name() {
