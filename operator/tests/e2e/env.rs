@@ -113,6 +113,33 @@ impl Env {
         Ok(())
     }
 
+    /// Runs a client program with the test environment's Python (`args`:
+    /// `-c SCRIPT` or a file, then its arguments), bounded by coreutils'
+    /// `timeout`, never through a proxy; prints its stdout, or fails
+    /// naming `what`, with its stderr.
+    pub async fn python_client<I, S>(&self, what: &str, seconds: u32, args: I) -> Result<()>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let mut command = Command::new("timeout");
+        command
+            .arg(seconds.to_string())
+            .arg(self.path(".venv/bin/python"))
+            .args(args)
+            .env("NO_PROXY", "*");
+        let output = run(command, None).await?;
+        if !output.status.success() {
+            bail!(
+                "{what} failed ({}; 124 is the {seconds} s timeout):\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        print!("e2e: {}", String::from_utf8_lossy(&output.stdout));
+        Ok(())
+    }
+
     /// A file for logs and scratch data in the cluster's folder.
     pub fn scratch(&self, name: &str) -> PathBuf {
         self.cluster.dir.join(name)

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-use crate::env::{self, Env, OPERATOR_NAMESPACE, RELEASE};
+use crate::env::{Env, OPERATOR_NAMESPACE, RELEASE};
 use crate::inference;
 use crate::models::{self, ON_PROCESS_NODES, SMALL_CPU};
 use crate::s3;
@@ -130,22 +130,12 @@ names = sorted(m["name"] for m in index["models"])
 assert "adder" in names and "simple" in names, index
 print("tritonclient: both models answered through the gateway over gRPC and HTTP")
 "#;
-    // Bounded: coreutils' timeout ends a client that hangs.
-    let mut command = std::process::Command::new("timeout");
-    command
-        .arg("60")
-        .arg(env.path(".venv/bin/python"))
-        .args(["-c", SCRIPT, &gateway.to_string()])
-        .env("NO_PROXY", "*");
-    let output = env::run(command, None).await?;
-    ensure!(
-        output.status.success(),
-        "tritonclient through the gateway failed ({}; 124 is the 60 s timeout):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    print!("e2e: {}", String::from_utf8_lossy(&output.stdout));
-    Ok(())
+    env.python_client(
+        "tritonclient through the gateway",
+        60,
+        ["-c", SCRIPT, &gateway.to_string()],
+    )
+    .await
 }
 
 /// Scales `adder` from one replica to three while the load runs, waits until

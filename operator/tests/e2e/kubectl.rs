@@ -24,7 +24,7 @@ use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
 
-use crate::env::{self, Env, OPERATOR_NAMESPACE, RELEASE};
+use crate::env::{Env, OPERATOR_NAMESPACE, RELEASE};
 use crate::inference;
 use crate::models::{self, ON_PROCESS_NODES, SMALL_CPU};
 use crate::simple_model::{self, MODEL, NAMESPACE as SERVING};
@@ -189,21 +189,8 @@ assert (result.as_numpy("OUTPUT0") == a + b).all(), result.as_numpy("OUTPUT0")
 assert (result.as_numpy("OUTPUT1") == a - b).all(), result.as_numpy("OUTPUT1")
 print("tritonclient.http answered through kubectl proxy")
 "#;
-    let mut command = Command::new("timeout");
-    command
-        .arg("60")
-        .arg(env.path(".venv/bin/python"))
-        .args(["-c", SCRIPT, &prefix, MODEL])
-        .env("NO_PROXY", "*");
-    let output = env::run(command, None).await?;
-    ensure!(
-        output.status.success(),
-        "tritonclient through kubectl proxy failed ({}):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    print!("e2e: {}", String::from_utf8_lossy(&output.stdout));
-    Ok(())
+    env.python_client("tritonclient through kubectl proxy", 60, ["-c", SCRIPT, &prefix, MODEL])
+        .await
 }
 
 /// An ensemble over `calm` and a model that does not exist: members 1/2,

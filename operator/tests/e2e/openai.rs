@@ -13,11 +13,12 @@
 //! which the process nodes' pods can read.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 
 use anyhow::{Context, Result, ensure};
 use nereid_operator::builders::service;
 
-use crate::env::{self, Env};
+use crate::env::Env;
 use crate::gateway;
 use crate::inference;
 use crate::models::{self, ON_PROCESS_NODES, SMALL_CPU};
@@ -47,24 +48,11 @@ pub async fn run(env: &Env) -> Result<()> {
         before.insert(*ip, served(*ip).await.unwrap_or(0.0));
     }
 
-    // Bounded: coreutils' timeout ends a client that hangs.
-    let mut command = std::process::Command::new("timeout");
-    command
-        .arg("300")
-        .arg(env.path(".venv/bin/python"))
-        .arg(env.path("operator/tests/e2e/openai_client.py"))
-        .arg(format!("http://{}:{}", ips[0], ports.http))
-        .arg(format!("http://{gateway}:8000"))
-        .arg(MODEL)
-        .env("NO_PROXY", "*");
-    let output = env::run(command, None).await?;
-    ensure!(
-        output.status.success(),
-        "the openai client failed ({}; 124 is the 300 s timeout):\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    print!("e2e: {}", String::from_utf8_lossy(&output.stdout));
+    let client = env.path("operator/tests/e2e/openai_client.py");
+    let pod = format!("http://{}:{}", ips[0], ports.http);
+    let through = format!("http://{gateway}:8000");
+    let args: [&OsStr; 4] = [client.as_os_str(), pod.as_ref(), through.as_ref(), MODEL.as_ref()];
+    env.python_client("the openai client", 300, args).await?;
 
     // The second pod had only the gateway's streams: it must have had some.
     let mut gained = BTreeMap::new();
