@@ -32,13 +32,8 @@ bin="$repo/target/release"
 out="$repo/bench/results/gateway"
 rm -rf "$out" && mkdir -p "$out"
 
-pids=()
-stop() { # stop PID: SIGTERM and wait
-    kill -TERM "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
-cleanup() { for pid in "${pids[@]}"; do stop "$pid"; done; }
-trap cleanup EXIT
+source "$repo/bench/processes.sh"
+trap stop_started EXIT
 
 source "$repo/bench/wait_for_line.sh"
 
@@ -180,7 +175,7 @@ shares = [c / total * 3 for c in counts]
 print(f"spread: per-pod requests {counts}; each pod's share of a third: "
       + ", ".join(f"{s:.2f}" for s in shares) + f" (worst {max(abs(s - 1) for s in shares) * 100:.0f}% off)")
 EOF
-for pid in "${pids[@]}"; do stop "$pid"; done; pids=()
+stop_started; pids=()
 
 echo "== C. tail: one of three pods ten times slower, concurrency 32"
 pod c-pod0 1 18140; pod c-pod1 1 18150; pod c-pod2 10 18160

@@ -19,10 +19,9 @@ cargo build --release -q -p nereid-server -p nereid-gateway
 bin=$repo/target/release
 
 work=$(mktemp -d)
-pids=()
+source "$repo/bench/processes.sh"
 cleanup() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    stop_started
     rm -rf "$work"
 }
 trap cleanup EXIT

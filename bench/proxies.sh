@@ -50,13 +50,8 @@ export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LI
 nginx_version=$("$root/usr/sbin/nginx" -v 2>&1 | sed 's/.*nginx\///')
 haproxy_version=$("$root/usr/sbin/haproxy" -v | awk 'NR==1 {print $3}')
 
-pids=()
-stop() { # stop PID: SIGTERM and wait
-    kill -TERM "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
-cleanup() { for pid in "${pids[@]}"; do stop "$pid"; done; }
-trap cleanup EXIT
+source "$repo/bench/processes.sh"
+trap stop_started EXIT
 
 # The pods: identity FP32[1,16] on 185x0 (HTTP), 185x1 (gRPC), 185x2 (metrics).
 pod_ports=(18500 18510 18520)
