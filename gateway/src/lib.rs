@@ -42,11 +42,13 @@
 //!   streams per connection), [`connection_clock`] (idle and header-read
 //!   timeouts), [`memory_budget`] (request bytes buffered at once).
 //! - [`metrics`]: `nereid_gateway_*` for Prometheus.
+//! - [`command`]: the program: flags, the ports, discovery, shutdown.
 
 pub mod admin_front;
 pub mod args;
 pub mod authorize;
 pub mod cap;
+pub mod command;
 pub mod connection_clock;
 pub mod discovery;
 pub mod forward;

@@ -9,6 +9,7 @@
 //!
 //! # Layout
 //!
+//! - [`command`]: the program: connect, elect, serve health, reconcile.
 //! - [`args`]: command-line flags (clap groups, with `env`), turned into settings.
 //! - [`context`]: what every reconcile shares: client, metrics, settings, event recorder.
 //! - [`leader`]: leader election through a `coordination.k8s.io` Lease.
@@ -34,6 +35,7 @@
 pub mod args;
 pub mod autoscaling;
 pub mod builders;
+pub mod command;
 pub mod context;
 pub mod controller;
 pub mod ensemble;

@@ -7,8 +7,8 @@
 //!
 //! The transport-free core (requests, models, schedulers, instances,
 //! repositories, statistics) is nereid-core; ONNX Runtime, remote models
-//! and object storage are their own crates, plugged in by `main.rs`. This
-//! crate is the front ends and the binary:
+//! and object storage are their own crates, plugged in by `command`. This
+//! crate is the front ends and the programs:
 //!
 //! ```text
 //! transport                       accept loop, connection cap, TLS, handshake deadline
@@ -19,6 +19,7 @@
 //! metrics_endpoint                GET /metrics on the metrics port
 //! trace_export                    the OTLP pipeline traces are exported through
 //! allocator                       glibc's malloc tuned for a server
+//! command                         nereid-server (flags, start-up, shutdown); command::fetch is nereid-fetch
 //! ```
 //!
 //! The core's modules are re-exported under their own names, so the front
@@ -26,7 +27,7 @@
 //!
 //! `allocator` (glibc's `mallopt`) holds this crate's only `unsafe` code.
 //!
-//! `main.rs` wires it: flags into options, the backends and object storage
+//! `command` wires it: flags into options, the backends and object storage
 //! into the core, the front ends onto their listeners, and the shutdown
 //! sequence.
 
@@ -38,6 +39,7 @@ pub use nereid_core::{
 };
 
 pub mod allocator;
+pub mod command;
 pub mod grpc;
 pub mod http;
 pub mod in_flight;

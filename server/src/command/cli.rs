@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use crate::backend::settings::BackendConfig;
+use crate::logging::{LogFormat, LogSettings};
+use crate::model_repository_manager::ControlMode;
+use crate::restricted_api::{EnvRestrictionFlag, RestrictionFlag};
+use crate::transport::tls::ReloadingTls;
+use crate::transport::{ConnectionLimits, ServeOptions, TlsSettings};
 use anyhow::{Context, Result};
 use clap::Parser;
-use nereid_server::backend::settings::BackendConfig;
-use nereid_server::logging::{LogFormat, LogSettings};
-use nereid_server::model_repository_manager::ControlMode;
-use nereid_server::restricted_api::{EnvRestrictionFlag, RestrictionFlag};
-use nereid_server::transport::tls::ReloadingTls;
-use nereid_server::transport::{ConnectionLimits, ServeOptions, TlsSettings};
 
 /// A Triton-compatible inference server.
 #[derive(Debug, Parser)]
