@@ -8,7 +8,8 @@
 # machine's own network is as it was afterwards), then the Python
 # suite that drives the release server, staged by scripts/build.sh as the
 # image's build stage stages it, with the real tritonclient over HTTP and
-# gRPC, and the Dockerfile's lint.
+# gRPC, the Dockerfile's lint, and the image built from it and smoke-tested
+# (scripts/image.sh).
 #
 # The control plane's binaries (kube-apiserver, etcd, KWOK, helm, ...) are
 # built from their Go modules by e2e/tools.sh on the first run (about nine
@@ -68,3 +69,8 @@ NEREID_SERVER_BIN="$repo/dist/bin/nereid-server" ORT_DYLIB_PATH="$repo/dist/lib/
 
 echo "== hadolint Dockerfile" >&2
 "$repo/.venv/bin/hadolint" "$repo/Dockerfile"
+
+# The image from that Dockerfile, built with buildah and run without a
+# daemon (it reuses dist/ and, after the first run, the Debian base it made).
+echo "== scripts/image.sh (the image: build, size, smoke test)" >&2
+"$repo/scripts/image.sh"
