@@ -3,6 +3,7 @@ server mode) on 127.0.0.1: models are listed, fetched and served."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import shutil
 import socket
 import subprocess
@@ -36,7 +37,8 @@ def _free_port() -> int:
 def s3_endpoint(tmp_path_factory):
     port = _free_port()
     moto = Path(sys.executable).parent / "moto_server"
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    log_path = tmp_path_factory.mktemp("moto") / "moto.log"
+    log = open(log_path, "w")
     proc = subprocess.Popen([str(moto), "-H", HOST, "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://{HOST}:{port}"
     try:
@@ -57,7 +59,7 @@ def s3_endpoint(tmp_path_factory):
                 if path.is_file():
                     key = f"repo/{model}/{path.relative_to(EXAMPLES_MODELS / model).as_posix()}"
                     client.upload_file(str(path), BUCKET, key)
-        yield endpoint, client
+        yield endpoint, client, log_path
     finally:
         proc.terminate()
         try:
@@ -69,7 +71,7 @@ def s3_endpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def s3_server(s3_endpoint, tmp_path_factory):
-    endpoint, _ = s3_endpoint
+    endpoint, _, _ = s3_endpoint
     cache = tmp_path_factory.mktemp("cache")
     server = NereidServer(
         [f"s3://{BUCKET}/repo"],
@@ -97,7 +99,7 @@ def test_models_in_s3_are_listed_loaded_and_served(s3_server):
 
 
 def test_a_model_is_fetched_again_on_load(s3_server, s3_endpoint):
-    _, s3 = s3_endpoint
+    _, s3, _ = s3_endpoint
     client = httpclient.InferenceServerClient(s3_server.http_url)
     client.load_model("identity_bytes")
     assert client.is_model_ready("identity_bytes")
@@ -118,7 +120,7 @@ def test_a_missing_model_in_s3_fails_cleanly(s3_server):
 
 
 def test_nereid_fetch_copies_one_model_folder(s3_endpoint, tmp_path):
-    endpoint, _ = s3_endpoint
+    endpoint, _, _ = s3_endpoint
     fetch = Path(__file__).resolve().parent.parent / "target" / "debug" / "nereid-fetch"
     destination = tmp_path / "my-model"
     env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint, "PATH": "/usr/bin:/bin"}
@@ -132,3 +134,95 @@ def test_nereid_fetch_copies_one_model_folder(s3_endpoint, tmp_path):
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and "nothing" in missing.stderr
     assert not (tmp_path / "x").exists()
+
+
+def _upload(s3, model: str, prefix: str) -> int:
+    """Uploads an example model under PREFIX/; returns how many files."""
+    count = 0
+    for path in (EXAMPLES_MODELS / model).rglob("*"):
+        if path.is_file():
+            s3.upload_file(str(path), BUCKET, f"{prefix}/{model}/{path.relative_to(EXAMPLES_MODELS / model).as_posix()}")
+            count += 1
+    return count
+
+
+def _object_gets(moto_log: Path, prefix: str) -> int:
+    """GetObject requests moto served for keys under PREFIX/ (listings, which
+    are GETs on the bucket itself, are not counted)."""
+    return sum(f'"GET /{BUCKET}/{prefix}/' in line for line in moto_log.read_text().splitlines())
+
+
+def _serving(prefix: str, cache: Path, endpoint: str, log: Path) -> NereidServer:
+    return NereidServer(
+        [f"s3://{BUCKET}/{prefix}"],
+        ["--model-control-mode", "explicit", "--load-model", "simple", "--model-cache-dir", str(cache)],
+        log_path=log,
+        env={**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint},
+    )
+
+
+def _infer_simple(server: NereidServer) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    b = np.full((1, 16), 2, dtype=np.int32)
+    result = client.infer("simple", simple_http_inputs(a, b))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+
+
+def test_a_warm_cache_downloads_nothing(s3_endpoint, tmp_path):
+    """Bar 2 of the lifecycle issue: a second start with the same cache
+    folder sends moto no GetObject; a changed object is the one downloaded."""
+    endpoint, s3, moto_log = s3_endpoint
+    files = _upload(s3, "simple", "warm")
+    cache = tmp_path / "cache"
+
+    before = _object_gets(moto_log, "warm")
+    first = _serving("warm", cache, endpoint, tmp_path / "first.log").start()
+    _infer_simple(first)
+    first.stop_and_check()
+    cold = _object_gets(moto_log, "warm") - before
+    assert cold == files
+
+    second = _serving("warm", cache, endpoint, tmp_path / "second.log").start()
+    try:
+        _infer_simple(second)
+        assert _object_gets(moto_log, "warm") - before == cold, "the warm start downloaded objects"
+
+        # A changed config is the one object fetched again on reload.
+        config = (EXAMPLES_MODELS / "simple" / "config.pbtxt").read_text()
+        s3.put_object(Bucket=BUCKET, Key="warm/simple/config.pbtxt",
+                      Body=(config + "\n# changed\n").encode())
+        httpclient.InferenceServerClient(second.http_url).load_model("simple")
+        _infer_simple(second)
+        assert _object_gets(moto_log, "warm") - before == cold + 1
+    finally:
+        second.stop_and_check()
+    # The blob of the replaced config was cleaned up: one blob per file.
+    blobs = [p for p in (cache / "repository-0" / ".objects").iterdir() if "." not in p.name]
+    assert len(blobs) == files
+
+
+def test_two_servers_share_one_cache_folder(s3_endpoint, tmp_path):
+    """Started together on one cache folder, both servers load the model,
+    each object is downloaded once between them, and nothing half-written
+    is left."""
+    endpoint, s3, moto_log = s3_endpoint
+    files = _upload(s3, "simple", "shared")
+    cache = tmp_path / "cache"
+    before = _object_gets(moto_log, "shared")
+    servers = [_serving("shared", cache, endpoint, tmp_path / f"server{i}.log") for i in range(2)]
+    # Started at once: each fetches while the other does.
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(NereidServer.start, servers))
+    try:
+        for server in servers:
+            _infer_simple(server)
+    finally:
+        for server in servers:
+            server.stop_and_check()
+    # One of them downloads each object; the other waits for it and reuses it.
+    assert _object_gets(moto_log, "shared") - before == files
+    names = sorted(p.name for p in (cache / "repository-0" / ".objects").iterdir())
+    assert not [n for n in names if ".tmp-" in n], names
+    assert len([n for n in names if "." not in n]) == files
+    assert sorted(p.name for p in (cache / "repository-0").iterdir() if p.name.startswith(".simple.partial")) == []

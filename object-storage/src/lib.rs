@@ -4,8 +4,9 @@
 //!
 //! A model is fetched into a local cache folder each time it is loaded, then
 //! loaded from there like any local model, so a reload picks up new files
-//! and ONNX Runtime reads a real file; objects are streamed to disk, never
-//! held whole in memory. Credentials and endpoints come from the environment
+//! and ONNX Runtime reads a real file. Each object is downloaded once and
+//! reused while the store lists it unchanged ([`fetch_cache`]), streamed to
+//! disk, never held whole in memory. Credentials and endpoints come from the environment
 //! the usual way for each store (`AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`,
 //! `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_KEY`, ...), which is also
 //! how the Kubernetes operator passes a Secret. Each store reads only its own
@@ -17,17 +18,21 @@
 //! The core reads repositories through its `ObjectStorage` trait; the
 //! binary plugs [`open`] in, so only this crate depends on object_store.
 
+pub mod fetch_cache;
+
 use std::path::{Path as LocalPath, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
+use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
-use tokio::io::AsyncWriteExt;
+
+use fetch_cache::{FetchCache, Obtained};
 
 use nereid_core::error::{Error, Result};
 use nereid_core::repository::ObjectStorage;
@@ -144,9 +149,12 @@ impl RemoteRoot {
         Ok(destination)
     }
 
-    /// Downloads the model folder `name` to `destination`. The copy is built
-    /// beside it and swapped in, so a failed download never leaves a
-    /// half-written model behind.
+    /// Fetches the model folder `name` to `destination`: each object from
+    /// the fetch cache beside it (`.objects` in the same folder), downloaded
+    /// only when the cache lacks it. The copy is built beside `destination`
+    /// from links to the cached objects and swapped in, so a failed fetch
+    /// never leaves a half-written model behind, and two processes fetching
+    /// the same model take turns at the swap.
     pub async fn fetch_to(&self, name: &str, destination: &LocalPath) -> Result<()> {
         let model_prefix = self.prefix.clone().join(name);
         let objects: Vec<_> = self
@@ -162,45 +170,88 @@ impl RemoteRoot {
             )));
         }
         let parent = destination.parent().unwrap_or(LocalPath::new("."));
-        let staging = parent.join(format!(".{name}.partial"));
-        let _ = tokio::fs::remove_dir_all(&staging).await;
+        let cache = FetchCache::in_folder(parent);
+        let in_use = cache.use_it().await?;
+        let folder = destination
+            .file_name()
+            .map_or_else(|| name.into(), |n| n.to_string_lossy());
+        let staging = parent.join(format!(
+            ".{folder}.partial-{}-{}",
+            std::process::id(),
+            STAGING.fetch_add(1, Ordering::Relaxed)
+        ));
+        let built = self.build(&cache, &objects, &model_prefix, &staging).await;
+        let placed = match built {
+            Ok(counts) => place(&cache, &folder, &staging, destination).await.map(|()| counts),
+            Err(e) => Err(e),
+        };
+        if placed.is_err() {
+            let _ = tokio::fs::remove_dir_all(&staging).await;
+        }
+        let (reused, downloaded) = placed?;
+        drop(in_use);
+        tracing::info!(model = name, reused, downloaded, "fetched from {}", self.url);
+        if let Err(e) = cache.collect_garbage().await {
+            tracing::warn!(error = %e, "the fetch cache could not be cleaned up");
+        }
+        Ok(())
+    }
+
+    /// Builds the model folder in `staging` from the cached objects; returns
+    /// how many were reused and how many downloaded.
+    async fn build(
+        &self,
+        cache: &FetchCache,
+        objects: &[object_store::ObjectMeta],
+        model_prefix: &Path,
+        staging: &LocalPath,
+    ) -> Result<(usize, usize)> {
+        create_dir(staging).await?;
+        let (mut reused, mut downloaded) = (0, 0);
         for object in objects {
-            let Some(relative) = object.location.prefix_match(&model_prefix) else {
+            let Some(relative) = object.location.prefix_match(model_prefix) else {
                 continue;
             };
             let relative: Vec<String> = relative.map(|part| part.as_ref().to_string()).collect();
             if relative.iter().any(|p| p == ".." || p.is_empty()) {
                 continue;
             }
-            let target = relative.iter().fold(staging.clone(), |path, part| path.join(part));
+            let target = relative
+                .iter()
+                .fold(staging.to_path_buf(), |path, part| path.join(part));
             if let Some(parent) = target.parent() {
                 create_dir(parent).await?;
             }
-            self.download(&object.location, &target).await?;
+            let (blob, how) = cache.obtain(self.store.as_ref(), &self.url, object).await?;
+            match how {
+                Obtained::Reused => reused += 1,
+                Obtained::Downloaded => downloaded += 1,
+            }
+            tokio::fs::hard_link(&blob, &target).await.map_err(|e| {
+                Error::internal(format!(
+                    "failed to link '{}' to '{}': {e}",
+                    blob.display(),
+                    target.display()
+                ))
+            })?;
         }
-        let _ = tokio::fs::remove_dir_all(destination).await;
-        tokio::fs::rename(&staging, destination).await.map_err(|e| {
-            Error::internal(format!(
-                "failed to place model '{name}' at '{}': {e}",
-                destination.display()
-            ))
-        })?;
-        Ok(())
+        Ok((reused, downloaded))
     }
 }
 
-impl RemoteRoot {
-    /// Streams one object into a new file, chunk by chunk.
-    async fn download(&self, location: &Path, target: &LocalPath) -> Result<()> {
-        let failed = |e: &dyn std::fmt::Display| self.failed(&format!("download '{location}'"), e);
-        let write_failed = |e: std::io::Error| Error::internal(format!("failed to write '{}': {e}", target.display()));
-        let mut chunks = self.store.get(location).await.map_err(|e| failed(&e))?.into_stream();
-        let mut file = tokio::fs::File::create(target).await.map_err(write_failed)?;
-        while let Some(chunk) = chunks.try_next().await.map_err(|e| failed(&e))? {
-            file.write_all(&chunk).await.map_err(write_failed)?;
-        }
-        file.flush().await.map_err(write_failed)
-    }
+/// Numbers this process's staging folders.
+static STAGING: AtomicU64 = AtomicU64::new(0);
+
+/// Swaps the built folder in for `destination`, holding the model's lock.
+async fn place(cache: &FetchCache, folder: &str, staging: &LocalPath, destination: &LocalPath) -> Result<()> {
+    let _turn = cache.lock_model(folder).await?;
+    let _ = tokio::fs::remove_dir_all(destination).await;
+    tokio::fs::rename(staging, destination).await.map_err(|e| {
+        Error::internal(format!(
+            "failed to place model '{folder}' at '{}': {e}",
+            destination.display()
+        ))
+    })
 }
 
 async fn create_dir(path: &LocalPath) -> Result<()> {
