@@ -226,3 +226,35 @@ def test_two_servers_share_one_cache_folder(s3_endpoint, tmp_path):
     assert not [n for n in names if ".tmp-" in n], names
     assert len([n for n in names if "." not in n]) == files
     assert sorted(p.name for p in (cache / "repository-0").iterdir() if p.name.startswith(".simple.partial")) == []
+
+
+def test_poll_mode_picks_up_a_changed_model_in_s3(s3_endpoint, tmp_path):
+    """Poll mode over object storage: the listing shows a changed config,
+    the reload downloads that object alone, and the new config serves."""
+    endpoint, s3, moto_log = s3_endpoint
+    files = _upload(s3, "simple", "polled")
+    before = _object_gets(moto_log, "polled")
+    server = NereidServer(
+        [f"s3://{BUCKET}/polled"],
+        ["--model-control-mode", "poll", "--repository-poll-secs", "1", "--model-cache-dir", str(tmp_path / "cache")],
+        log_path=tmp_path / "server.log",
+        env={**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint},
+    ).start()
+    try:
+        _infer_simple(server)
+        # Polls that find nothing changed download nothing.
+        time.sleep(3)
+        assert _object_gets(moto_log, "polled") - before == files
+        config = (EXAMPLES_MODELS / "simple" / "config.pbtxt").read_text()
+        assert "max_batch_size: 8" in config
+        s3.put_object(Bucket=BUCKET, Key="polled/simple/config.pbtxt",
+                      Body=config.replace("max_batch_size: 8", "max_batch_size: 2").encode())
+        client = httpclient.InferenceServerClient(server.http_url)
+        deadline = time.monotonic() + 30
+        while client.get_model_config("simple")["max_batch_size"] != 2:
+            assert time.monotonic() < deadline, "the changed config was not picked up"
+            time.sleep(0.2)
+        _infer_simple(server)
+        assert _object_gets(moto_log, "polled") - before == files + 1
+    finally:
+        server.stop_and_check()

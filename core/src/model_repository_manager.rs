@@ -24,6 +24,11 @@ pub enum ControlMode {
     None,
     /// Load only what `--load-model` names; the repository API loads and unloads.
     Explicit,
+    /// Load everything at start-up, then every `--repository-poll-secs` load
+    /// new models, reload changed ones and unload removed ones
+    /// ([`ModelRepositoryManager::poll`]); the repository API cannot load or
+    /// unload.
+    Poll,
 }
 
 /// A model version's state, as the repository index spells it.
@@ -80,6 +85,8 @@ pub struct ModelRepositoryManager {
     models: Arc<Models>,
     /// Serialises loads and unloads.
     changes: tokio::sync::Mutex<()>,
+    /// Poll mode: each model's fingerprint as its last load attempt saw it.
+    seen: parking_lot::Mutex<BTreeMap<String, String>>,
 }
 
 /// The loaded models as an ensemble's steps find them: a weak handle, so
@@ -122,6 +129,7 @@ impl ModelRepositoryManager {
             options: Arc::new(options),
             models,
             changes: tokio::sync::Mutex::new(()),
+            seen: parking_lot::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -134,7 +142,7 @@ impl ModelRepositoryManager {
     /// is the caller's choice (`--exit-on-error`).
     pub async fn load_startup_models(&self, explicit: &[String]) -> Result<Vec<(String, Error)>> {
         let names: Vec<String> = match self.mode {
-            ControlMode::None => self.repository.scan().await?.into_keys().collect(),
+            ControlMode::None | ControlMode::Poll => self.repository.scan().await?.into_keys().collect(),
             ControlMode::Explicit if explicit.iter().any(|n| n == "*") => {
                 self.repository.scan().await?.into_keys().collect()
             }
@@ -244,6 +252,13 @@ impl ModelRepositoryManager {
 
     /// Loads one model whose dependencies are in place.
     async fn load_one(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
+        // Taken before the files are read: a change while they are is seen
+        // by the next poll.
+        if self.mode == ControlMode::Poll
+            && let Ok(fingerprint) = self.repository.fingerprint(name).await
+        {
+            self.seen.lock().insert(name.to_string(), fingerprint);
+        }
         let dir = match self.repository.locate(name).await {
             Ok(dir) => dir,
             Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -272,9 +287,17 @@ impl ModelRepositoryManager {
         let loaded = match outcome {
             Ok(loaded) => loaded,
             Err(e) => {
-                // A failed reload leaves the versions that were serving in place.
+                // A failed reload leaves the versions that were serving in
+                // place, and the index says why they were not replaced.
                 if first_load {
                     self.set_whole(name, ModelState::Unavailable, e.message());
+                } else {
+                    let mut models = self.models.write();
+                    for version in models.get_mut(name).into_iter().flat_map(|m| m.versions.values_mut()) {
+                        if version.model.is_some() {
+                            version.reason = format!("serving the previous load; the reload failed: {}", e.message());
+                        }
+                    }
                 }
                 return Err(Error::invalid(format!("load failed for model '{name}': {e}")));
             }
@@ -318,19 +341,71 @@ impl ModelRepositoryManager {
     pub async fn unload(&self, name: &str) -> Result<()> {
         self.check_explicit()?;
         let _guard = self.changes.lock().await;
+        self.retire(name, "unloaded");
+        Ok(())
+    }
+
+    /// Marks every version of `name` unavailable for `reason`. Dropping the
+    /// `Arc`s stops the instances once the requests holding them finish.
+    fn retire(&self, name: &str, reason: &str) {
         let mut models = self.models.write();
         if let Some(entry) = models.get_mut(name) {
             for version in entry.versions.values_mut() {
-                // Dropping the Arc stops the instances once in-flight requests finish.
                 version.model = None;
                 version.state = ModelState::Unavailable;
-                version.reason = "unloaded".to_string();
+                version.reason = reason.to_string();
             }
             if entry.versions.is_empty() {
-                entry.whole = Some((ModelState::Unavailable, "unloaded".to_string()));
+                entry.whole = Some((ModelState::Unavailable, reason.to_string()));
             }
         }
-        Ok(())
+    }
+
+    /// One pass of poll mode: loads the models that appeared in the
+    /// repositories, reloads those whose fingerprint changed since their last
+    /// load attempt (a reload swaps the new versions in only once they are
+    /// ready, so requests never see a gap) and unloads those that are gone.
+    /// A repository that cannot be read (a vanished bucket) changes nothing:
+    /// what serves keeps serving, and the log says why.
+    pub async fn poll(&self) {
+        let _guard = self.changes.lock().await;
+        let found = match self.repository.scan().await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "poll: the model repository cannot be read; nothing changed");
+                return;
+            }
+        };
+        for (name, where_found) in &found {
+            let fingerprint = match self.repository.fingerprint_found(name, where_found).await {
+                Ok(fingerprint) => fingerprint,
+                Err(e) => {
+                    tracing::warn!(model = %name, error = %e, "poll: cannot read the model's folder; left as it is");
+                    continue;
+                }
+            };
+            let previous = self.seen.lock().get(name).cloned();
+            if previous.as_deref() == Some(fingerprint.as_str()) {
+                continue;
+            }
+            let what = if previous.is_some() { "reloaded" } else { "loaded" };
+            match self.load_locked(name, None, &mut Vec::new()).await {
+                Ok(()) => tracing::info!(model = %name, "poll: {what}"),
+                Err(e) => tracing::error!(model = %name, error = %e, "poll: failed to load"),
+            }
+        }
+        let gone: Vec<String> = self
+            .seen
+            .lock()
+            .keys()
+            .filter(|n| !found.contains_key(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.seen.lock().remove(&name);
+            self.retire(&name, "removed from the model repository");
+            tracing::info!(model = %name, "poll: unloaded (removed from the repository)");
+        }
     }
 
     /// Unloads everything (used at shutdown, after the front ends stopped).

@@ -32,6 +32,10 @@ pub trait ObjectStorage: Send + Sync + std::fmt::Debug {
     fn model_names(&self) -> BoxFuture<'_, Result<Vec<String>>>;
     /// Fetches one model folder into the cache; its local path.
     fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<PathBuf>>;
+    /// What identifies the model folder's contents as the store lists them
+    /// (no download): it changes when an object is added, removed or
+    /// changed. Poll mode compares it between polls.
+    fn fingerprint<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<String>>;
 }
 
 /// Opens an object-storage URL (`s3://`, `gs://`, `as://`) whose models are
@@ -150,6 +154,35 @@ impl Repository {
         Ok(models)
     }
 
+    /// What identifies one model folder's contents, without fetching it:
+    /// for a local folder, every entry's path, size and time of change; for
+    /// object storage, the store's listing ([`ObjectStorage::fingerprint`]).
+    pub async fn fingerprint(&self, name: &str) -> Result<String> {
+        match self.scan().await?.remove(name) {
+            Some(found) => self.fingerprint_found(name, &found).await,
+            None => Err(Error::not_found(format!("no model folder named '{name}'"))),
+        }
+    }
+
+    /// [`Repository::fingerprint`] for a model [`Repository::scan`] found.
+    /// A name the scan refused (in two repositories) has the refusal as its
+    /// fingerprint, so it changes when the refusal does.
+    pub async fn fingerprint_found(&self, name: &str, found: &Result<usize>) -> Result<String> {
+        let index = match found {
+            Ok(index) => *index,
+            Err(e) => return Ok(format!("unusable: {}", e.message())),
+        };
+        match &self.roots[index] {
+            Root::Local(root) => {
+                let dir = root.join(name);
+                tokio::task::spawn_blocking(move || local_fingerprint(&dir))
+                    .await
+                    .map_err(|e| Error::internal(format!("the repository scan failed: {e}")))?
+            }
+            Root::Remote(remote) => remote.fingerprint(name).await,
+        }
+    }
+
     /// The local folder of one model, fetching it first from object storage.
     pub async fn locate(&self, name: &str) -> Result<PathBuf> {
         let index = match self.scan().await?.remove(name) {
@@ -165,6 +198,49 @@ impl Repository {
             Root::Remote(remote) => remote.fetch(name).await,
         }
     }
+}
+
+/// The most entries a model folder may hold for poll mode to compare it.
+pub const FINGERPRINT_MAX_ENTRIES: usize = 100_000;
+
+/// The entries under `dir`, each with its size and time of change, hashed.
+/// Links are followed, so a link swapped to a new target (the way a
+/// deployment tool switches versions) counts as a change.
+fn local_fingerprint(dir: &Path) -> Result<String> {
+    use std::hash::{Hash, Hasher};
+    let mut entries = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        let listing = std::fs::read_dir(&folder)
+            .map_err(|e| Error::internal(format!("failed to read '{}': {e}", folder.display())))?;
+        for entry in listing.flatten() {
+            let path = entry.path();
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let changed = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos());
+            let relative = path.strip_prefix(dir).unwrap_or(&path).to_path_buf();
+            entries.push((relative, meta.is_dir(), meta.len(), changed));
+            // A link that loops back would never end the walk.
+            if entries.len() > FINGERPRINT_MAX_ENTRIES {
+                return Err(Error::invalid(format!(
+                    "'{}' holds more than {FINGERPRINT_MAX_ENTRIES} entries (a link loop?)",
+                    dir.display()
+                )));
+            }
+            if meta.is_dir() {
+                pending.push(path);
+            }
+        }
+    }
+    entries.sort();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    entries.hash(&mut hasher);
+    Ok(format!("{:016x}-{}", hasher.finish(), entries.len()))
 }
 
 impl ModelFiles {
@@ -250,6 +326,42 @@ mod tests {
         ModelVersionPolicy {
             policy_choice: Some(choice),
         }
+    }
+
+    #[test]
+    fn a_local_fingerprint_changes_with_any_file_and_only_then() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path();
+        std::fs::create_dir(model.join("1")).unwrap();
+        std::fs::write(model.join("config.pbtxt"), "name: \"m\"").unwrap();
+        std::fs::write(model.join("1/model.onnx"), "onnx").unwrap();
+        let first = local_fingerprint(model).unwrap();
+        assert_eq!(local_fingerprint(model).unwrap(), first);
+
+        std::fs::write(model.join("1/model.onnx"), "onnx, longer").unwrap();
+        let changed = local_fingerprint(model).unwrap();
+        assert_ne!(changed, first);
+        std::fs::create_dir(model.join("2")).unwrap();
+        let added = local_fingerprint(model).unwrap();
+        assert_ne!(added, changed);
+        std::fs::remove_dir(model.join("2")).unwrap();
+        assert_eq!(local_fingerprint(model).unwrap(), changed);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_loop_is_refused_not_followed_forever() {
+        // Two links back double the paths at every level.
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("a")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("b")).unwrap();
+        // Ended by the entry bound or by the kernel's refusal, whichever
+        // comes first: an error either way, never an endless walk.
+        let err = local_fingerprint(dir.path()).unwrap_err();
+        assert!(
+            err.message().contains("link loop") || err.message().contains("symbolic links"),
+            "{err}"
+        );
     }
 
     #[test]

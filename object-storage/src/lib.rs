@@ -55,6 +55,10 @@ impl ObjectStorage for RemoteRoot {
     fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<PathBuf>> {
         Box::pin(RemoteRoot::fetch(self, name))
     }
+
+    fn fingerprint<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<String>> {
+        Box::pin(RemoteRoot::fingerprint(self, name))
+    }
 }
 
 /// One object-storage repository root and where its models are cached.
@@ -157,18 +161,7 @@ impl RemoteRoot {
     /// the same model take turns at the swap.
     pub async fn fetch_to(&self, name: &str, destination: &LocalPath) -> Result<()> {
         let model_prefix = self.prefix.clone().join(name);
-        let objects: Vec<_> = self
-            .store
-            .list(Some(&model_prefix))
-            .try_collect()
-            .await
-            .map_err(|e| self.failed(&format!("list model '{name}'"), e))?;
-        if objects.is_empty() {
-            return Err(Error::not_found(format!(
-                "failed to load '{name}', failed to poll from model repository: nothing under '{}/{name}'",
-                self.url
-            )));
-        }
+        let objects = self.list_model(name).await?;
         let parent = destination.parent().unwrap_or(LocalPath::new("."));
         let cache = FetchCache::in_folder(parent);
         let in_use = cache.use_it().await?;
@@ -195,6 +188,37 @@ impl RemoteRoot {
             tracing::warn!(error = %e, "the fetch cache could not be cleaned up");
         }
         Ok(())
+    }
+
+    /// The model folder's listing hashed: each object's path, size, ETag and
+    /// time of change, as the fetch cache names its blobs. One LIST, no GET.
+    pub async fn fingerprint(&self, name: &str) -> Result<String> {
+        let mut keys: Vec<String> = self
+            .list_model(name)
+            .await?
+            .iter()
+            .map(|object| FetchCache::key(&self.url, object))
+            .collect();
+        keys.sort();
+        Ok(fetch_cache::digest(keys.join("\n").as_bytes()))
+    }
+
+    /// Every object under the model's folder; not found when there is none.
+    async fn list_model(&self, name: &str) -> Result<Vec<object_store::ObjectMeta>> {
+        let model_prefix = self.prefix.clone().join(name);
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&model_prefix))
+            .try_collect()
+            .await
+            .map_err(|e| self.failed(&format!("list model '{name}'"), e))?;
+        if objects.is_empty() {
+            return Err(Error::not_found(format!(
+                "failed to load '{name}', failed to poll from model repository: nothing under '{}/{name}'",
+                self.url
+            )));
+        }
+        Ok(objects)
     }
 
     /// Builds the model folder in `staging` from the cached objects; returns

@@ -38,9 +38,16 @@ pub struct Args {
     pub model_cache_dir: Option<PathBuf>,
 
     /// `none` loads every model at start-up; `explicit` only those named by
-    /// --load-model, and the repository API loads and unloads.
+    /// --load-model, and the repository API loads and unloads; `poll` loads
+    /// every model at start-up, then picks up new, changed and removed
+    /// models every --repository-poll-secs.
     #[arg(long, value_enum, default_value = "none")]
     pub model_control_mode: ControlMode,
+
+    /// Seconds between two polls of the model repositories in poll mode
+    /// (at least 1).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+    pub repository_poll_secs: u64,
 
     /// A model to load at start-up in explicit mode ("*" for all); may repeat.
     #[arg(long = "load-model")]

@@ -31,7 +31,7 @@ use crate::metrics::system::SystemMetrics;
 use crate::metrics::{Metrics, MetricsConfig};
 use crate::metrics_endpoint as endpoint;
 use crate::model_lifecycle::LoadOptions;
-use crate::model_repository_manager::ModelRepositoryManager;
+use crate::model_repository_manager::{ControlMode, ModelRepositoryManager};
 use crate::repository::{Repository, Root, cache_dir};
 use crate::restricted_api::{EnvRestrictionFlag, RestrictedApis, RestrictionFlag};
 use crate::server::InferenceServer;
@@ -87,6 +87,17 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+/// Poll mode: one pass over the repositories every `every`, the first one
+/// `every` after start-up (which loaded everything).
+async fn poll(server: Arc<InferenceServer>, every: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        server.manager().poll().await;
     }
 }
 
@@ -218,8 +229,17 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
     let shutdown = CancellationToken::new();
     let in_flight = InFlight::new();
     let serving = serve(&args, &server, listeners, protection, &metrics, &in_flight, &shutdown)?;
+    let poller = (args.model_control_mode == ControlMode::Poll).then(|| {
+        tokio::spawn(poll(
+            Arc::clone(&server),
+            Duration::from_secs(args.repository_poll_secs),
+        ))
+    });
 
     wait_for_signal().await;
+    if let Some(poller) = poller {
+        poller.abort();
+    }
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     server.set_ready(false);
     shutdown.cancel();
