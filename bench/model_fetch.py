@@ -54,6 +54,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """Stops a process this script started: SIGTERM, then SIGKILL after 30 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def make_model(folder: Path, mib: int) -> Path:
     """MODEL/config.pbtxt and MODEL/1/model.onnx: Y = X @ W, W of MIB MiB."""
     side = int((mib * (1 << 20) / 4) ** 0.5)
@@ -145,12 +155,7 @@ def time_to_ready(server_bin: str, endpoint: str, cache: Path, log: Path) -> flo
                     return time.perf_counter() - started
             raise RuntimeError(f"the server exited before it was ready; see {log}")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def main() -> None:
@@ -198,11 +203,7 @@ def main() -> None:
               f"cold / (download + session) {median['cold_ratio']:.2f} (target <= 1.2), "
               f"warm / session {median['warm_ratio']:.2f} (target <= 1.1)")
     finally:
-        moto.terminate()
-        try:
-            moto.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            moto.kill()
+        stop(moto)
         shutil.rmtree(work, ignore_errors=True)
 
 

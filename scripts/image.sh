@@ -20,7 +20,7 @@
 # The smoke test runs the image's own entrypoint, command, user and
 # environment (read from its config) with the image's file system mounted
 # read-only, tmpfs on /tmp and /dev/shm (a pod's emptyDirs), and the example
-# models plus tests/image/models bound read-only at /models: the real
+# models plus examples/python_models/add_sub bound read-only at /models: the real
 # tritonclient infers over HTTP and gRPC on loopback, from an ONNX model and
 # a Python model. It also checks the server and its Python stub run as 65532
 # on a read-only root, and that the other binaries start from the image.
@@ -241,7 +241,7 @@ run_in_image() {
         shift
         # The host'"'"'s chroot, found before PATH becomes the image'"'"'s.
         exec env -i "${env[@]}" "$(command -v chroot)" --userspec="$user" "$root" "$@"
-    ' run_in_image "$rootfs" "$IMAGE_USER" "$repo"/examples/models/* "$repo"/tests/image/models/* -- "${IMAGE_ENV[@]}" -- "$@"
+    ' run_in_image "$rootfs" "$IMAGE_USER" "$repo"/examples/models/* "$repo"/examples/python_models/add_sub -- "${IMAGE_ENV[@]}" -- "$@"
 }
 
 # The other binaries start from the image.

@@ -253,8 +253,11 @@ impl ModelRepositoryManager {
     /// Loads one model whose dependencies are in place.
     async fn load_one(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
         // Taken before the files are read: a change while they are is seen
-        // by the next poll.
+        // by the next poll. A poll records what it found before it reloads;
+        // this covers the loads it did not start (start-up, an ensemble's
+        // members).
         if self.mode == ControlMode::Poll
+            && !self.seen.lock().contains_key(name)
             && let Ok(fingerprint) = self.repository.fingerprint(name).await
         {
             self.seen.lock().insert(name.to_string(), fingerprint);
@@ -384,7 +387,7 @@ impl ModelRepositoryManager {
                     continue;
                 }
             };
-            let previous = self.seen.lock().get(name).cloned();
+            let previous = self.seen.lock().insert(name.clone(), fingerprint.clone());
             if previous.as_deref() == Some(fingerprint.as_str()) {
                 continue;
             }

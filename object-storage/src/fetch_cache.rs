@@ -369,6 +369,14 @@ mod tests {
         store.head(&Path::from(path)).await.unwrap()
     }
 
+    /// A cache in a new folder, marked in use.
+    async fn cache_in_use() -> (tempfile::TempDir, FetchCache, InUse) {
+        let folder = tempfile::tempdir().unwrap();
+        let cache = FetchCache::in_folder(folder.path());
+        let in_use = cache.use_it().await.unwrap();
+        (folder, cache, in_use)
+    }
+
     fn files(dir: &LocalPath) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
@@ -387,9 +395,7 @@ mod tests {
             .put(&Path::from("m/1/model.onnx"), PutPayload::from("one"))
             .await
             .unwrap();
-        let folder = tempfile::tempdir().unwrap();
-        let cache = FetchCache::in_folder(folder.path());
-        let _in_use = cache.use_it().await.unwrap();
+        let (folder, cache, _in_use) = cache_in_use().await;
 
         let first = meta(&store, "m/1/model.onnx").await;
         let (blob, how) = cache.obtain(&store, "memory://", &first).await.unwrap();
@@ -420,9 +426,7 @@ mod tests {
             .put(&Path::from("m/x"), PutPayload::from("contents"))
             .await
             .unwrap();
-        let folder = tempfile::tempdir().unwrap();
-        let cache = FetchCache::in_folder(folder.path());
-        let _in_use = cache.use_it().await.unwrap();
+        let (_folder, cache, _in_use) = cache_in_use().await;
         let object = meta(&store, "m/x").await;
         let (blob, _) = cache.obtain(&store, "memory://", &object).await.unwrap();
         std::fs::set_permissions(&blob, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -439,9 +443,7 @@ mod tests {
             .put(&Path::from("m/x"), PutPayload::from("contents"))
             .await
             .unwrap();
-        let folder = tempfile::tempdir().unwrap();
-        let cache = FetchCache::in_folder(folder.path());
-        let _in_use = cache.use_it().await.unwrap();
+        let (folder, cache, _in_use) = cache_in_use().await;
         let mut object = meta(&store, "m/x").await;
         object.e_tag = Some(format!("\"{}\"", "0".repeat(32)));
         let err = cache.obtain(&store, "s3://bucket/repo", &object).await.unwrap_err();
@@ -463,9 +465,7 @@ mod tests {
             .unwrap();
         let object = meta(&store, "m/x").await;
         store.delete(&Path::from("m/x")).await.unwrap();
-        let folder = tempfile::tempdir().unwrap();
-        let cache = FetchCache::in_folder(folder.path());
-        let _in_use = cache.use_it().await.unwrap();
+        let (_folder, cache, _in_use) = cache_in_use().await;
         let started = Instant::now();
         let err = cache.obtain(&store, "memory://", &object).await.unwrap_err();
         assert!(err.message().contains("m/x"), "{err}");
@@ -483,9 +483,7 @@ mod tests {
             .put(&Path::from("m/dropped"), PutPayload::from("dropped"))
             .await
             .unwrap();
-        let folder = tempfile::tempdir().unwrap();
-        let cache = FetchCache::in_folder(folder.path());
-        let in_use = cache.use_it().await.unwrap();
+        let (folder, cache, in_use) = cache_in_use().await;
         let (kept, _) = cache
             .obtain(&store, "memory://", &meta(&store, "m/kept").await)
             .await

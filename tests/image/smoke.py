@@ -36,7 +36,7 @@ def wait_ready(client: httpclient.InferenceServerClient, pid: int) -> None:
         if not alive(pid):
             fail("the server exited before it was ready")
         try:
-            if client.is_server_ready() and client.is_model_ready("add_sub_python"):
+            if client.is_server_ready() and client.is_model_ready("add_sub"):
                 return
             failed = {m["name"]: m.get("reason") for m in client.get_model_repository_index() if m.get("state") == "UNAVAILABLE"}
         except Exception:  # noqa: BLE001 - not listening yet
@@ -116,9 +116,9 @@ def main() -> None:
     inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"), grpcclient.InferInput("INPUT1", [4], "FP32")]
     inputs[0].set_data_from_numpy(x)
     inputs[1].set_data_from_numpy(y)
-    result = grpc.infer("add_sub_python", inputs)
+    result = grpc.infer("add_sub", inputs)
     if not (np.array_equal(result.as_numpy("OUTPUT0"), x + y) and np.array_equal(result.as_numpy("OUTPUT1"), x - y)):
-        fail(f"add_sub_python answered {result.as_numpy('OUTPUT0')}, {result.as_numpy('OUTPUT1')}")
+        fail(f"add_sub answered {result.as_numpy('OUTPUT0')}, {result.as_numpy('OUTPUT1')}")
 
     with urllib.request.urlopen(f"http://127.0.0.1:{args.metrics}/metrics", timeout=10) as reply:
         metrics = reply.read().decode()
@@ -135,7 +135,7 @@ def main() -> None:
             fail(f"the server's child {stub} runs with uids {uids(stub)}, not {USER}")
     if "ro" not in root_options(args.pid):
         fail(f"the server's root is mounted {root_options(args.pid)}, not read-only")
-    print(f"smoke: simple (HTTP, gRPC) and add_sub_python answered; uid {USER}, read-only root, {len(stubs)} stub(s)")
+    print(f"smoke: simple (HTTP, gRPC) and add_sub answered; uid {USER}, read-only root, {len(stubs)} stub(s)")
 
 
 if __name__ == "__main__":
