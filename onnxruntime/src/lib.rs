@@ -7,6 +7,8 @@
 //! backend into the core's registry); each instance owns its session on its
 //! own worker thread.
 
+mod graph_io;
+
 use std::path::Path;
 use std::time::Instant;
 
@@ -17,14 +19,14 @@ use ort::environment::Environment;
 use ort::ep::ExecutionProviderDispatch;
 use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
-use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
+use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType};
 
 use nereid_core::backend::{
     Backend, BatchInput, BatchedInstance, Device, Execution, InstanceSpec, ModelInstance, model_file,
 };
 use nereid_core::datatype::DataType;
 use nereid_core::error::{Error, Result};
-use nereid_core::model_config::autocomplete::{ModelSignature, TensorSignature};
+use nereid_core::model_config::autocomplete::ModelSignature;
 use nereid_core::model_config::parameter;
 use nereid_core::statistics::ComputeTiming;
 use nereid_core::tensor::{Tensor, bytes_elements, push_bytes_element};
@@ -77,18 +79,12 @@ fn make_environment(library: Option<&Path>) -> std::result::Result<Environment, 
 }
 
 impl Backend for OnnxRuntimeBackend {
+    /// Read from the file's protobuf, not from a session: a session would
+    /// parse every initializer, and the instance's own session does that
+    /// again ([`graph_io`]).
     fn signature(&self, config: &ModelConfig, version_dir: &Path) -> Result<Option<ModelSignature>> {
-        // Reading the signature needs a session; one thread keeps it cheap.
-        let session = open(self.environment()?, config, version_dir, Device::Cpu, 1)?;
-        let tensor = |name: &str, value_type: &ValueType| TensorSignature {
-            name: name.to_string(),
-            datatype: value_type.tensor_type().and_then(to_datatype),
-            dims: value_type.tensor_shape().map(|s| s.to_vec()).unwrap_or_default(),
-        };
-        Ok(Some(ModelSignature {
-            inputs: session.inputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
-            outputs: session.outputs().iter().map(|o| tensor(o.name(), o.dtype())).collect(),
-        }))
+        let path = model_file(config, version_dir, "model.onnx")?;
+        graph_io::read(&path).map(Some)
     }
 
     fn create_instance(&self, spec: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
