@@ -38,6 +38,7 @@ use crate::scheduler::{Outcome, Request, Responder};
 use crate::statistics::{ComputeTiming, ModelStatistics};
 use crate::tensor::Tensor;
 use crate::trace::{self, RequestTrace};
+use crate::warmup;
 
 /// How many jobs may wait per instance in front of the default scheduler.
 const QUEUE_PER_INSTANCE: usize = 256;
@@ -76,6 +77,8 @@ pub struct InstanceSource {
     /// Told once per finished job, with its answers, when a dynamic batcher
     /// feeds the pool.
     pub idle: Option<UnboundedSender<Finished>>,
+    /// What each instance runs before it counts as loaded.
+    pub warmup: Vec<warmup::Sample>,
 }
 
 impl InstanceSource {
@@ -130,8 +133,10 @@ pub struct Inline {
 impl Inline {
     fn start(source: InstanceSource, placements: &[Placement]) -> Result<Inline> {
         let mut instances = Vec::with_capacity(placements.len());
-        for placement in placements {
-            instances.push(Mutex::new(create(&source, *placement)?));
+        for (index, placement) in placements.iter().enumerate() {
+            let mut instance = create(&source, *placement)?;
+            warm_up(&source, index, instance.as_mut())?;
+            instances.push(Mutex::new(instance));
         }
         Ok(Inline {
             source: Arc::new(source),
@@ -246,7 +251,7 @@ impl InstancePool {
             let ready = ready_tx.clone();
             std::thread::Builder::new()
                 .name(format!("{}-{}-{index}", source.model, source.version))
-                .spawn(move || worker(&source, placement, &receiver, &ready))
+                .spawn(move || worker(&source, index, placement, &receiver, &ready))
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
         }
         drop(ready_tx);
@@ -353,6 +358,7 @@ pub fn wait_for_instances(timeout: std::time::Duration) -> bool {
 /// until the queue closes.
 fn worker(
     source: &InstanceSource,
+    index: usize,
     placement: Placement,
     jobs: &Receiver<Job>,
     ready: &std::sync::mpsc::Sender<Result<()>>,
@@ -366,6 +372,10 @@ fn worker(
             return;
         }
     };
+    if let Err(e) = warm_up(source, index, instance.as_mut()) {
+        let _ = ready.send(Err(e));
+        return;
+    }
     let _ = ready.send(Ok(()));
     for job in jobs.iter() {
         // `run` already contains a panic in the batch it runs; this second
@@ -401,6 +411,24 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
     };
     std::panic::catch_unwind(AssertUnwindSafe(|| source.backend.create_instance(spec)))
         .unwrap_or_else(|_| Err(Error::internal("the backend panicked while creating an instance")))
+}
+
+/// Runs the config's warmup samples on a new instance ([`warmup`]).
+fn warm_up(source: &InstanceSource, index: usize, instance: &mut dyn ModelInstance) -> Result<()> {
+    if source.warmup.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    warmup::run(&source.warmup, instance, source.backend, &source.config)?;
+    tracing::info!(
+        model = %source.model,
+        version = source.version,
+        instance = index,
+        samples = source.warmup.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "instance warmed up"
+    );
+    Ok(())
 }
 
 /// A queued request as an instance takes it up.
@@ -665,6 +693,7 @@ mod tests {
             statistics: Arc::clone(&statistics),
             members: Members::default(),
             idle: None,
+            warmup: Vec::new(),
         };
         let placement = Placement {
             device: Device::Cpu,

@@ -73,4 +73,5 @@ pub mod shared_memory;
 pub mod statistics;
 pub mod tensor;
 pub mod trace;
+pub mod warmup;
 pub mod wire;

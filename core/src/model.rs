@@ -378,7 +378,9 @@ fn on_instances(
     members: &Members,
 ) -> Result<Scheduler> {
     let placements = placements(config)?;
-    let source = |idle| InstanceSource {
+    let model_dir = version_dir.parent().unwrap_or(version_dir);
+    let warmup = crate::warmup::prepare(config, name, model_dir)?;
+    let source = move |idle| InstanceSource {
         model: name.to_string(),
         version,
         backend: backend::for_kind(kind),
@@ -387,9 +389,9 @@ fn on_instances(
         statistics: Arc::clone(statistics),
         members: members.clone(),
         idle,
+        warmup,
     };
     if crate::model_config::sequence::of(config).is_some() {
-        let model_dir = version_dir.parent().unwrap_or(version_dir);
         let settings = SequenceConfig::from_config(config, model_dir)?;
         let pool = InstancePool::start_per_instance(source(None), &placements)?;
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);

@@ -319,8 +319,12 @@ impl ModelRepositoryManager {
                 Err(e) => {
                     failures.push_str(&format!("version {version} is at UNAVAILABLE state: {e};\n"));
                     match previous.versions.get(&version) {
-                        // A failed reload keeps the copy that was serving.
-                        Some(serving) if serving.model.is_some() => serving.clone(),
+                        // A failed reload keeps the copy that was serving,
+                        // and the index says why it was not replaced.
+                        Some(serving) if serving.model.is_some() => VersionEntry {
+                            reason: format!("serving the previous load; the reload failed: {}", e.message()),
+                            ..serving.clone()
+                        },
                         _ => VersionEntry {
                             state: ModelState::Unavailable,
                             reason: e.message().to_string(),

@@ -14,6 +14,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use nereid_proto::inference::ModelConfig;
+use nereid_proto::inference::model_warmup::input::InputDataType;
 
 use crate::error::{Error, Result};
 
@@ -24,6 +25,16 @@ pub fn check(config: &ModelConfig) -> Result<()> {
     }
     for (key, name) in &config.cc_model_filenames {
         check_name(name, &format!("cc_model_filenames['{key}']"))?;
+    }
+    for warmup in &config.model_warmup {
+        for (input, data) in &warmup.inputs {
+            if let Some(InputDataType::InputDataFile(name)) = &data.input_data_type {
+                check_name(
+                    name,
+                    &format!("input_data_file of warmup '{}' input '{input}'", warmup.name),
+                )?;
+            }
+        }
     }
     for output in &config.output {
         if !output.label_filename.is_empty() {

@@ -10,6 +10,14 @@ use crate::tensor::element_count;
 
 pub fn validate(config: &ModelConfig) -> Result<()> {
     check_scheduling(config)?;
+    if !config.model_warmup.is_empty() && (config.platform == "ensemble" || config.backend == "remote") {
+        // They have no instances to warm; silently skipping would make the
+        // user believe readiness waited for a warmup that never ran.
+        return Err(Error::invalid(format!(
+            "model '{}' has no instances to warm up: model_warmup is for the models that run (an ensemble's steps, a remote model's server)",
+            config.name
+        )));
+    }
     if config.max_batch_size < 0 {
         return Err(Error::invalid(format!(
             "max_batch_size must be >= 0, got {}",
