@@ -154,8 +154,15 @@ def test_poll_mode_follows_the_repository_with_no_request_failed(tmp_path):
         # The model removed from the repository: unloaded, and said so.
         shutil.rmtree(model)
         eventually(lambda: not client.is_model_ready(MODEL), "the removed model is unloaded")
-        rows = [r for r in client.get_model_repository_index() if r["name"] == MODEL]
-        assert rows and all(r.get("reason") == "removed from the model repository" for r in rows), rows
+
+        def unloaded() -> bool:
+            # UNLOADING until its last requests finished and its instance stopped.
+            rows = [r for r in client.get_model_repository_index() if r["name"] == MODEL]
+            return bool(rows) and all(
+                r.get("state") == "UNAVAILABLE" and r.get("reason") == "removed from the model repository" for r in rows
+            )
+
+        eventually(unloaded, "the index says the removed model is unloaded, and why")
         log = server.output()
         assert "poll: reloaded" in log and "cannot be read" in log, log[-2000:]
     finally:

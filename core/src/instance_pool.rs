@@ -20,7 +20,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -120,6 +120,9 @@ pub struct InstancePool {
     queues: Vec<Sender<Job>>,
     /// The instances themselves, for a backend that runs inline.
     inline: Option<Inline>,
+    /// Held strongly by every instance thread (and inline instances) until
+    /// its instance is dropped: gone once they all are ([`Self::instances`]).
+    source: Weak<InstanceSource>,
 }
 
 /// Instances that run jobs on the submitting thread.
@@ -213,9 +216,11 @@ impl InstancePool {
     /// blocking context.
     pub fn start(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
         if source.idle.is_none() && !source.decoupled() && source.backend.runs_inline(&source.config) {
+            let inline = Inline::start(source, placements)?;
             return Ok(InstancePool {
                 queues: Vec::new(),
-                inline: Some(Inline::start(source, placements)?),
+                source: Arc::downgrade(&inline.source),
+                inline: Some(inline),
             });
         }
         // A batcher only sends when an instance is idle, so its queue never
@@ -255,7 +260,11 @@ impl InstancePool {
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
         }
         drop(ready_tx);
-        let pool = InstancePool { queues, inline: None };
+        let pool = InstancePool {
+            queues,
+            inline: None,
+            source: Arc::downgrade(&source),
+        };
         for _ in placements {
             match ready_rx.recv() {
                 Ok(Ok(())) => {}
@@ -303,6 +312,13 @@ impl InstancePool {
     pub fn lanes(&self) -> usize {
         self.queues.len()
     }
+
+    /// What tells when every instance of the pool has been dropped: after
+    /// the pool is, once each thread finished its job and its instance
+    /// (a Python model's `finalize`, its stub's exit) and let go of it.
+    pub fn instances(&self) -> Weak<InstanceSource> {
+        self.source.clone()
+    }
 }
 
 #[cfg(test)]
@@ -311,7 +327,14 @@ impl InstancePool {
     /// and answers them itself, at the moment it chooses.
     pub fn without_instances(lanes: usize) -> (InstancePool, Vec<Receiver<Job>>) {
         let (queues, receivers) = (0..lanes).map(|_| crossbeam_channel::unbounded::<Job>()).unzip();
-        (InstancePool { queues, inline: None }, receivers)
+        (
+            InstancePool {
+                queues,
+                inline: None,
+                source: Weak::new(),
+            },
+            receivers,
+        )
     }
 }
 

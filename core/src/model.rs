@@ -7,7 +7,7 @@ pub mod stream;
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use nereid_proto::inference::{ModelConfig, model_config::SchedulingChoice, model_instance_group::Kind};
@@ -51,6 +51,34 @@ pub struct Model {
     /// ([`backend::Backend::reads_requested_outputs`]); the names are
     /// copied per request only then.
     passes_requested: bool,
+    /// Gone when its instances are ([`InstancePool::instances`]); `None`
+    /// for a model without instances (an ensemble, a remote model).
+    instances: Option<Weak<InstanceSource>>,
+}
+
+/// A version taken out of service: it tells when the requests that held it
+/// have finished and its instances are dropped, so an unload can wait for
+/// that and say when memory has come back.
+#[derive(Debug, Clone)]
+pub struct Retired {
+    model: Weak<Model>,
+    instances: Option<Weak<InstanceSource>>,
+}
+
+impl Retired {
+    /// Gives up `model`, which the caller held as the index's copy.
+    pub fn new(model: Arc<Model>) -> Self {
+        Retired {
+            model: Arc::downgrade(&model),
+            instances: model.instances.clone(),
+        }
+    }
+
+    /// Whether nothing holds the version any more (no request, no stream)
+    /// and every instance has been dropped.
+    pub fn is_gone(&self) -> bool {
+        self.model.strong_count() == 0 && self.instances.as_ref().is_none_or(|i| i.strong_count() == 0)
+    }
 }
 
 /// One version to load.
@@ -92,13 +120,18 @@ impl Model {
             labels.insert(output.name.clone(), text.lines().map(str::to_owned).collect());
         }
         let statistics = Arc::new(ModelStatistics::new(options.metrics.model(name, version)));
-        let scheduler = match kind {
-            BackendKind::Ensemble => {
-                Scheduler::Ensemble(Arc::new(EnsembleScheduler::new(&config, options.members.clone())?))
-            }
+        let (scheduler, instances) = match kind {
+            BackendKind::Ensemble => (
+                Scheduler::Ensemble(Arc::new(EnsembleScheduler::new(&config, options.members.clone())?)),
+                None,
+            ),
             _ => match kind.implementation().runner(&config)? {
-                Some(runner) => Scheduler::Runner(runner),
-                None => on_instances(name, version, version_dir, &config, kind, &statistics, &options.members)?,
+                Some(runner) => (Scheduler::Runner(runner), None),
+                None => {
+                    let (scheduler, instances) =
+                        on_instances(name, version, version_dir, &config, kind, &statistics, &options.members)?;
+                    (scheduler, Some(instances))
+                }
             },
         };
         statistics.metrics().load_duration(started.elapsed());
@@ -111,6 +144,7 @@ impl Model {
             labels,
             statistics,
             passes_requested: kind.implementation().reads_requested_outputs(),
+            instances,
         })
     }
 
@@ -376,7 +410,7 @@ fn on_instances(
     kind: BackendKind,
     statistics: &Arc<ModelStatistics>,
     members: &Members,
-) -> Result<Scheduler> {
+) -> Result<(Scheduler, Weak<InstanceSource>)> {
     let placements = placements(config)?;
     let model_dir = version_dir.parent().unwrap_or(version_dir);
     let warmup = crate::warmup::prepare(config, name, model_dir)?;
@@ -394,10 +428,10 @@ fn on_instances(
     if crate::model_config::sequence::of(config).is_some() {
         let settings = SequenceConfig::from_config(config, model_dir)?;
         let pool = InstancePool::start_per_instance(source(None), &placements)?;
+        let instances = pool.instances();
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
-        return Ok(Scheduler::Sequence(SequenceBatcher::start(
-            name, settings, pool, decoupled,
-        )?));
+        let batcher = SequenceBatcher::start(name, settings, pool, decoupled)?;
+        return Ok((Scheduler::Sequence(batcher), instances));
     }
     let batching = match &config.scheduling_choice {
         Some(SchedulingChoice::DynamicBatching(batching)) => Some(BatcherConfig::from_config(config, batching)?),
@@ -411,7 +445,8 @@ fn on_instances(
         None => (None, None),
     };
     let pool = InstancePool::start(source(idle_tx), &placements)?;
-    Ok(match (batching, idle_rx) {
+    let instances = pool.instances();
+    let scheduler = match (batching, idle_rx) {
         (Some(batching), Some(idle)) => Scheduler::Dynamic(DynamicBatchScheduler::start(
             name,
             batching,
@@ -420,7 +455,8 @@ fn on_instances(
             idle,
         )?),
         _ => Scheduler::Default(pool),
-    })
+    };
+    Ok((scheduler, instances))
 }
 
 /// A request taken apart: what its answer and its scheduler need besides

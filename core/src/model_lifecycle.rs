@@ -47,6 +47,10 @@ pub struct LoadOptions {
     pub metrics: Arc<Metrics>,
     /// The loaded models, for ensembles' steps (set by the manager).
     pub members: Members,
+    /// How long an unload waits for the requests a version had admitted
+    /// (and for its instances to be dropped) before it answers
+    /// (`--model-unload-timeout-secs`).
+    pub unload_timeout: std::time::Duration,
 }
 
 impl Default for LoadOptions {
@@ -57,6 +61,7 @@ impl Default for LoadOptions {
             patches: BTreeMap::new(),
             metrics: Metrics::disabled(),
             members: Members::default(),
+            unload_timeout: std::time::Duration::from_secs(30),
         }
     }
 }

@@ -13,7 +13,7 @@ use nereid_proto::inference::ModelConfig;
 use parking_lot::RwLock;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::model::Model;
+use crate::model::{Model, Retired};
 use crate::model_lifecycle::{self, LoadOptions};
 use crate::repository::Repository;
 
@@ -344,28 +344,55 @@ impl ModelRepositoryManager {
         }
     }
 
-    /// The repository API's unload. Unloading an unknown model is not an error, as in Triton.
+    /// The repository API's unload. Unloading an unknown model is not an
+    /// error, as in Triton. It answers once the requests the model had
+    /// admitted have finished and its instances are dropped, or after the
+    /// unload timeout, whichever comes first; in the second case the
+    /// versions stay UNLOADING until that happens.
     pub async fn unload(&self, name: &str) -> Result<()> {
         self.check_explicit()?;
-        let _guard = self.changes.lock().await;
-        self.retire(name, "unloaded");
+        let retired = {
+            let _guard = self.changes.lock().await;
+            self.retire(name, "unloaded")
+        };
+        // Not under the lock: other models load and unload meanwhile.
+        drain(
+            Arc::clone(&self.models),
+            name.to_string(),
+            retired,
+            "unloaded",
+            self.options.unload_timeout,
+        )
+        .await;
         Ok(())
     }
 
-    /// Marks every version of `name` unavailable for `reason`. Dropping the
-    /// `Arc`s stops the instances once the requests holding them finish.
-    fn retire(&self, name: &str, reason: &str) {
+    /// Takes every version of `name` out of service: no new request
+    /// finds it. A version that was serving is UNLOADING until the requests
+    /// holding it finish and its instances are dropped ([`drain`]); the
+    /// others are UNAVAILABLE for `reason` at once.
+    fn retire(&self, name: &str, reason: &str) -> Vec<(i64, Retired)> {
+        let mut retired = Vec::new();
         let mut models = self.models.write();
         if let Some(entry) = models.get_mut(name) {
-            for version in entry.versions.values_mut() {
-                version.model = None;
-                version.state = ModelState::Unavailable;
-                version.reason = reason.to_string();
+            for (number, version) in &mut entry.versions {
+                match version.model.take() {
+                    Some(model) => {
+                        retired.push((*number, Retired::new(model)));
+                        version.state = ModelState::Unloading;
+                        version.reason = "waiting for its requests in flight to finish".to_string();
+                    }
+                    None => {
+                        version.state = ModelState::Unavailable;
+                        version.reason = reason.to_string();
+                    }
+                }
             }
             if entry.versions.is_empty() {
                 entry.whole = Some((ModelState::Unavailable, reason.to_string()));
             }
         }
+        retired
     }
 
     /// One pass of poll mode: loads the models that appeared in the
@@ -410,8 +437,17 @@ impl ModelRepositoryManager {
             .collect();
         for name in gone {
             self.seen.lock().remove(&name);
-            self.retire(&name, "removed from the model repository");
-            tracing::info!(model = %name, "poll: unloaded (removed from the repository)");
+            let reason = "removed from the model repository";
+            let retired = self.retire(&name, reason);
+            tracing::info!(model = %name, "poll: unloading (removed from the repository)");
+            // The next poll does not wait for it.
+            tokio::spawn(drain(
+                Arc::clone(&self.models),
+                name,
+                retired,
+                reason,
+                self.options.unload_timeout,
+            ));
         }
     }
 
@@ -518,6 +554,68 @@ impl ModelRepositoryManager {
 }
 
 /// A ready version of `name` in `models`; `None` picks the highest.
+/// How often a drain looks whether a retired version is gone.
+const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Waits, at most `timeout`, until every retired version of `name` is gone
+/// (its requests finished, its instances dropped), marking each UNAVAILABLE
+/// for `reason` as it goes. Past the timeout it returns and a task of its
+/// own keeps watching the rest; a version that is loaded again meanwhile
+/// is left to its new load.
+async fn drain(
+    models: Arc<Models>,
+    name: String,
+    mut retired: Vec<(i64, Retired)>,
+    reason: &'static str,
+    timeout: std::time::Duration,
+) {
+    let started = tokio::time::Instant::now();
+    let deadline = started + timeout;
+    loop {
+        sweep(&models, &name, &mut retired, reason);
+        if retired.is_empty() {
+            tracing::info!(model = %name, elapsed_ms = started.elapsed().as_millis() as u64, "{reason}: its requests finished and its instances are dropped");
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    tracing::warn!(
+        model = %name,
+        versions = ?retired.iter().map(|(v, _)| *v).collect::<Vec<_>>(),
+        timeout_secs = timeout.as_secs_f64(),
+        "still in use after the unload timeout: requests in flight finish on their instances, which stop after them; the versions stay UNLOADING until then"
+    );
+    tokio::spawn(async move {
+        while !retired.is_empty() {
+            tokio::time::sleep(DRAIN_POLL * 5).await;
+            sweep(&models, &name, &mut retired, reason);
+        }
+        tracing::info!(model = %name, "{reason}: the last requests finished and its instances are dropped");
+    });
+}
+
+/// Drops from `retired` the versions that are gone, marking each
+/// UNAVAILABLE for `reason` unless a load took its place meanwhile.
+fn sweep(models: &Models, name: &str, retired: &mut Vec<(i64, Retired)>, reason: &str) {
+    retired.retain(|(version, r)| {
+        if !r.is_gone() {
+            return true;
+        }
+        let mut models = models.write();
+        if let Some(entry) = models.get_mut(name).and_then(|m| m.versions.get_mut(version))
+            && entry.state == ModelState::Unloading
+            && entry.model.is_none()
+        {
+            entry.state = ModelState::Unavailable;
+            entry.reason = reason.to_string();
+        }
+        false
+    });
+}
+
 fn lookup(models: &BTreeMap<String, ModelEntry>, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
     let unknown = || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
 

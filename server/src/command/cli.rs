@@ -49,6 +49,13 @@ pub struct Args {
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
     pub repository_poll_secs: u64,
 
+    /// Seconds an unload (the repository API's, or poll mode's for a
+    /// removed model) waits for the requests the model had admitted to
+    /// finish and its instances to be dropped; past it the unload answers
+    /// and the model stays UNLOADING until they are.
+    #[arg(long, default_value_t = 30)]
+    pub model_unload_timeout_secs: u64,
+
     /// A model to load at start-up in explicit mode ("*" for all); may repeat.
     #[arg(long = "load-model")]
     pub load_models: Vec<String>,

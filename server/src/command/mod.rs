@@ -308,6 +308,7 @@ fn build_server(
             metrics: Arc::clone(metrics),
             // Set by the manager, which holds the loaded models.
             members: Default::default(),
+            unload_timeout: Duration::from_secs(args.model_unload_timeout_secs),
         },
     );
     Ok(InferenceServer::new(args.server_name.clone(), manager, log, traces))

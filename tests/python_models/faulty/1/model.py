@@ -1,7 +1,8 @@
 """Does what ACTION says, to show that nothing a model does harms the
 server: "pid" answers the stub's process id; "raise" raises; "exit"
 calls os._exit; "segfault" reads address 0; "sleep" sleeps a minute;
-"big" answers 64 MiB."""
+"nap:SECONDS:PATH" creates the file PATH (the test's sign that the request
+is executing) and sleeps SECONDS; "big" answers 64 MiB."""
 
 import ctypes
 import os
@@ -24,6 +25,10 @@ class TritonPythonModel:
                 ctypes.string_at(0)
             if action == "sleep":
                 time.sleep(60)
+            if action.startswith("nap:"):
+                _, seconds, path = action.split(":", 2)
+                open(path, "w").close()
+                time.sleep(float(seconds))
             if action == "big":
                 responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("PID", np.zeros(8 << 20, dtype=np.int64))]))
                 continue
