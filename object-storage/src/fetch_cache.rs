@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use md5::{Digest, Md5};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
-use tokio::io::AsyncWriteExt;
 
 use nereid_core::error::{Error, Result};
 
@@ -43,6 +42,12 @@ const FIRST_PAUSE: Duration = Duration::from_millis(500);
 const PROGRESS_FROM_BYTES: u64 = 64 << 20;
 /// How often a large download logs its progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// A download's bytes go to its writer thread in batches of about this
+/// many...
+const WRITE_BATCH_BYTES: usize = 1 << 20;
+/// ...and at most this many batches wait for it: a download holds at most
+/// 8 MiB in memory however fast the store sends.
+const WRITE_QUEUE: usize = 8;
 
 /// The folder under the cache that holds the blobs.
 const OBJECTS: &str = ".objects";
@@ -182,6 +187,12 @@ impl FetchCache {
         result.map(|()| temporary)
     }
 
+    /// Receives on the runtime and hands the bytes, in batches of about
+    /// [`WRITE_BATCH_BYTES`], to a blocking thread that hashes, writes and
+    /// syncs them ([`write_blob`]): receiving the next bytes overlaps the
+    /// MD5 and the disk. Writing each chunk from the runtime (tokio's file)
+    /// cost a blocking-pool round trip per 16 KiB chunk, and put the MD5 on
+    /// the receiving thread (bench log 27).
     async fn download_to(
         &self,
         store: &dyn ObjectStore,
@@ -191,30 +202,54 @@ impl FetchCache {
     ) -> std::result::Result<(), Failure> {
         let location = &meta.location;
         let store_failed = |e: object_store::Error| Failure::from_store(location, e);
-        let write_failed = |e: std::io::Error| Failure::Permanent(local_error("write", temporary, e));
         let mut chunks = store.get(location).await.map_err(store_failed)?.into_stream();
-        let mut file = tokio::fs::File::create(temporary).await.map_err(write_failed)?;
-        let mut md5 = Md5::new();
-        let mut written: u64 = 0;
+        let (batches, received) = tokio::sync::mpsc::channel::<Vec<bytes::Bytes>>(WRITE_QUEUE);
+        let path = temporary.to_path_buf();
+        let writer = tokio::task::spawn_blocking(move || write_blob(&path, received));
+        let mut batch = Vec::new();
+        let mut batched = 0usize;
+        let mut sent: u64 = 0;
         let started = Instant::now();
         let mut next_report = started + PROGRESS_EVERY;
-        while let Some(chunk) = chunks.try_next().await.map_err(store_failed)? {
-            md5.update(&chunk);
-            file.write_all(&chunk).await.map_err(write_failed)?;
-            written += chunk.len() as u64;
-            if meta.size >= PROGRESS_FROM_BYTES && Instant::now() >= next_report {
-                next_report += PROGRESS_EVERY;
-                let seconds = started.elapsed().as_secs_f64();
-                tracing::info!(
-                    object = %location,
-                    "fetching: {:.1} of {:.1} MiB ({:.0} %), {:.1} MiB/s",
-                    written as f64 / MIB,
-                    meta.size as f64 / MIB,
-                    written as f64 * 100.0 / meta.size as f64,
-                    written as f64 / MIB / seconds.max(1e-3)
-                );
+        let received = async {
+            while let Some(chunk) = chunks.try_next().await.map_err(store_failed)? {
+                batched += chunk.len();
+                sent += chunk.len() as u64;
+                batch.push(chunk);
+                if batched >= WRITE_BATCH_BYTES {
+                    batched = 0;
+                    // A writer that stopped says why below.
+                    if batches.send(std::mem::take(&mut batch)).await.is_err() {
+                        break;
+                    }
+                }
+                if meta.size >= PROGRESS_FROM_BYTES && Instant::now() >= next_report {
+                    next_report += PROGRESS_EVERY;
+                    let seconds = started.elapsed().as_secs_f64();
+                    tracing::info!(
+                        object = %location,
+                        "fetching: {:.1} of {:.1} MiB ({:.0} %), {:.1} MiB/s",
+                        sent as f64 / MIB,
+                        meta.size as f64 / MIB,
+                        sent as f64 * 100.0 / meta.size as f64,
+                        sent as f64 / MIB / seconds.max(1e-3)
+                    );
+                }
             }
+            if !batch.is_empty() {
+                let _ = batches.send(batch).await;
+            }
+            Ok::<(), Failure>(())
         }
+        .await;
+        // The writer ends when the channel closes, with what it wrote.
+        drop(batches);
+        let written = writer
+            .await
+            .map_err(|e| Failure::Permanent(Error::internal(format!("the fetch cache's writer failed: {e}"))))?
+            .map_err(|e| Failure::Permanent(local_error("write", temporary, e)));
+        received?;
+        let (written, md5) = written?;
         if written != meta.size {
             return Err(Failure::Transient(Error::unavailable(format!(
                 "object '{location}' was {written} bytes, the store listed {}",
@@ -222,18 +257,13 @@ impl FetchCache {
             ))));
         }
         if let Some(expected) = expected_md5 {
-            let got = hex(&md5.finalize());
+            let got = hex(&md5);
             if got != expected {
                 return Err(Failure::Transient(Error::unavailable(format!(
                     "object '{location}' has MD5 {got}, its ETag says {expected}"
                 ))));
             }
         }
-        file.flush().await.map_err(write_failed)?;
-        file.sync_all().await.map_err(write_failed)?;
-        tokio::fs::set_permissions(temporary, std::fs::Permissions::from_mode(0o444))
-            .await
-            .map_err(write_failed)?;
         if meta.size >= PROGRESS_FROM_BYTES {
             tracing::info!(object = %location, "fetched {:.1} MiB in {:.1} s", meta.size as f64 / MIB, started.elapsed().as_secs_f64());
         }
@@ -336,6 +366,29 @@ fn lock_file(path: &LocalPath) -> Result<std::fs::File> {
         .write(true)
         .open(path)
         .map_err(|e| local_error("open", path, e))
+}
+
+/// Writes the batches it receives into a new file at `path`, hashing them,
+/// then syncs the file and makes it read-only: the blocking half of a
+/// download. Returns the bytes written and their MD5.
+fn write_blob(
+    path: &LocalPath,
+    mut batches: tokio::sync::mpsc::Receiver<Vec<bytes::Bytes>>,
+) -> std::io::Result<(u64, Vec<u8>)> {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path)?;
+    let mut md5 = Md5::new();
+    let mut written = 0u64;
+    while let Some(batch) = batches.blocking_recv() {
+        for chunk in batch {
+            md5.update(&chunk);
+            file.write_all(&chunk)?;
+            written += chunk.len() as u64;
+        }
+    }
+    file.sync_all()?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444))?;
+    Ok((written, md5.finalize().to_vec()))
 }
 
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
