@@ -51,6 +51,9 @@ const WRITE_QUEUE: usize = 8;
 
 /// The folder under the cache that holds the blobs.
 const OBJECTS: &str = ".objects";
+/// In the name of a model folder a fetch is building beside the cache:
+/// `.<model>.partial-<pid>-<n>` ([`crate::ObjectStorage::fetch_to`]).
+pub(crate) const STAGING_MARK: &str = ".partial-";
 const GC_LOCK: &str = ".gc.lock";
 
 /// Numbers the temporary files of this process.
@@ -270,8 +273,9 @@ impl FetchCache {
         Ok(())
     }
 
-    /// Removes what no model folder uses, if no fetch is under way (in this
-    /// process or another); returns how many files went.
+    /// Removes what no model folder uses, and the folders fetches that died
+    /// were building, if no fetch is under way (in this process or another);
+    /// returns how many files and folders went.
     pub async fn collect_garbage(&self) -> Result<usize> {
         let dir = self.dir.clone();
         blocking(move || {
@@ -280,8 +284,21 @@ impl FetchCache {
             if lock.try_lock().is_err() {
                 return Ok(0);
             }
-            let entries = std::fs::read_dir(&dir).map_err(|e| local_error("read", &dir, e))?;
             let mut removed = 0;
+            // A model folder a fetch was building when its process died
+            // (`.<model>.partial-*`, beside this folder): no fetch is under
+            // way, so none is being built. First, so that the blobs only
+            // it linked go in the pass below.
+            if let Some(models) = dir.parent() {
+                for entry in std::fs::read_dir(models).map_err(|e| local_error("read", models, e))?.flatten() {
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let staging = name.starts_with('.') && name.contains(STAGING_MARK);
+                    if staging && entry.file_type().is_ok_and(|t| t.is_dir()) && std::fs::remove_dir_all(entry.path()).is_ok() {
+                        removed += 1;
+                    }
+                }
+            }
+            let entries = std::fs::read_dir(&dir).map_err(|e| local_error("read", &dir, e))?;
             for entry in entries.flatten() {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 let unused = match name.split_once('.') {
@@ -547,13 +564,19 @@ mod tests {
             .unwrap();
         std::fs::hard_link(&kept, folder.path().join("model-file")).unwrap();
         std::fs::write(folder.path().join(OBJECTS).join("abc.tmp-1-1"), "left by a crash").unwrap();
+        // A model folder a crashed fetch was building links the other blob.
+        let staging = folder.path().join(format!(".m{STAGING_MARK}99-0"));
+        std::fs::create_dir_all(staging.join("1")).unwrap();
+        std::fs::hard_link(&dropped, staging.join("1").join("dropped")).unwrap();
 
         // While a fetch uses the cache, nothing is removed.
         assert_eq!(cache.collect_garbage().await.unwrap(), 0);
+        assert!(staging.exists());
         drop(in_use);
-        // Then the unlinked blob, its lock and the leftover go; the linked
-        // blob and its lock stay.
-        assert_eq!(cache.collect_garbage().await.unwrap(), 3);
+        // Then the staging folder, the blob only it linked, that blob's lock
+        // and the leftover go; the linked blob and its lock stay.
+        assert_eq!(cache.collect_garbage().await.unwrap(), 4);
+        assert!(!staging.exists());
         assert!(
             folder
                 .path()

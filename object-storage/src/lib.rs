@@ -169,7 +169,8 @@ impl RemoteRoot {
             .file_name()
             .map_or_else(|| name.into(), |n| n.to_string_lossy());
         let staging = parent.join(format!(
-            ".{folder}.partial-{}-{}",
+            ".{folder}{}{}-{}",
+            fetch_cache::STAGING_MARK,
             std::process::id(),
             STAGING.fetch_add(1, Ordering::Relaxed)
         ));
