@@ -61,8 +61,12 @@ pub fn read(path: &Path) -> Result<ModelSignature> {
         inner: BufReader::with_capacity(64 * 1024, file),
         position: 0,
     };
-    signature(&mut reader, length)
-        .map_err(|e| Error::invalid(format!("failed to read ONNX model '{}': {e}", path.display())))
+    signature(&mut reader, length).map_err(|e| {
+        Error::invalid(format!(
+            "failed to read ONNX model '{}': not a valid ONNX protobuf: {e}",
+            path.display()
+        ))
+    })
 }
 
 fn signature<R: Read + Seek>(reader: &mut Reader<R>, length: u64) -> std::result::Result<ModelSignature, String> {

@@ -3,7 +3,8 @@
 //! read-only RBAC. Triton's own Python client calls it for two models in two
 //! namespaces over both protocols; then one gRPC connection's requests
 //! follow a model from one replica to three (counted by each pod's own
-//! statistics API), and deleting a pod under that load fails no request.
+//! statistics API), deleting a pod under that load fails no request, and
+//! neither does rolling every pod to a new model version.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -56,10 +57,76 @@ pub async fn run(env: &Env) -> Result<()> {
         .await
         .context("connecting to the gateway's gRPC port")?;
     let load = Load::start(GrpcInferenceServiceClient::new(channel));
-    let result = scale_and_delete(env, &ports, &load).await;
+    let result = match scale_and_delete(env, &ports, &load).await {
+        Ok(()) => new_version(env, &load).await,
+        Err(error) => Err(error),
+    };
     let tally = load.stop().await;
     result?;
-    tally.no_failures("scaling and a pod deletion, through the gateway")
+    tally.no_failures("scaling, a pod deletion and a new model version, through the gateway")
+}
+
+/// Issue 45's rollout: version 2 of `adder` is uploaded and the spec asks
+/// for it while the gateway load runs. Every pod is replaced, one at a
+/// time (maxUnavailable 0), by one that serves version 2, and the load,
+/// counted by the caller, loses no request.
+async fn new_version(env: &Env, load: &Load) -> Result<()> {
+    let old: Vec<String> = models::running_pods(env, NAMESPACE, MODEL, 3)
+        .await?
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let folder = env.scratch(MODEL);
+    s3::put(
+        env,
+        BUCKET,
+        &format!("{MODEL}/2/model.onnx"),
+        std::fs::read(folder.join("1/model.onnx"))?,
+    )
+    .await?;
+    env.kubectl([
+        "patch",
+        "-n",
+        NAMESPACE,
+        &format!("nmodel/{MODEL}"),
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"source":{"version":{"specific":[2]}}}}"#,
+    ])
+    .await?;
+    let answered = load.ok.load(Ordering::Relaxed);
+    let api: Api<nereid_crds::InferenceModel> = Api::namespaced(env.client.clone(), NAMESPACE);
+    wait::until("every pod replaced by one serving version 2", LONG, || async {
+        let pods = models::pods(env, NAMESPACE, MODEL).await?;
+        let ready: Vec<&str> = pods
+            .iter()
+            .filter(|p| models::running_and_ready(p))
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        ensure!(
+            pods.len() == 3 && ready.len() == 3 && ready.iter().all(|p| !old.iter().any(|o| o == p)),
+            "pods ready {ready:?} of {}, old ones {old:?}",
+            pods.len()
+        );
+        let versions = api
+            .get(MODEL)
+            .await?
+            .status
+            .map(|s| s.loaded_versions)
+            .unwrap_or_default();
+        ensure!(versions == ["2"], "loadedVersions {versions:?}");
+        Ok(())
+    })
+    .await?;
+    ensure!(
+        load.ok.load(Ordering::Relaxed) > answered,
+        "no request was answered during the rollout"
+    );
+    println!(
+        "e2e: adder rolled to version 2 under the gateway load: pods {old:?} replaced, {} answered during it",
+        load.ok.load(Ordering::Relaxed) - answered
+    );
+    Ok(())
 }
 
 /// `adder`: the `simple` folder renamed, in the shared bucket, one replica.
