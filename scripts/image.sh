@@ -253,6 +253,17 @@ for program in nereid-operator nereid-gateway nereid-fetch; do
     fi
 done
 
+# The operator's init steps, as its pods run them: nereid-fetch alone, since
+# the image has no shell (a claim's copy, and the ConfigMap's configs).
+if ! (run_in_image nereid-fetch pvc://claim/simple /tmp/models/simple --from /models/simple) >"$work/init" 2>&1 ||
+    ! (run_in_image nereid-fetch --write-configs /models/simple /tmp/models) >>"$work/init" 2>&1 ||
+    ! grep -q 'copied pvc://claim/simple' "$work/init" ||
+    ! grep -q 'wrote the configs of 1 model' "$work/init"; then
+    echo "image: the operator's init steps failed in the image:" >&2
+    cat "$work/init" >&2
+    exit 1
+fi
+
 # The server, by the image's own entrypoint and command, on loopback ports.
 read -r http grpc metrics < <("$python" -c '
 import socket

@@ -4,16 +4,21 @@ server mode) on 127.0.0.1: models are listed, fetched and served."""
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import boto3
 import numpy as np
 import pytest
+import requests
 import tritonclient.http as httpclient
 
 from helpers import EXAMPLES_MODELS, HOST, NereidServer, repository_index, simple_http_inputs
@@ -258,3 +263,108 @@ def test_poll_mode_picks_up_a_changed_model_in_s3(s3_endpoint, tmp_path):
         assert _object_gets(moto_log, "polled") - before == files + 1
     finally:
         server.stop_and_check()
+
+
+class _StallingS3(BaseHTTPRequestHandler):
+    """Enough of S3 for one model folder (ListObjectsV2 and GetObject), whose
+    big object stops halfway until the test lets it go on: a download that
+    is, for certain, in progress."""
+
+    objects: dict[str, bytes] = {}
+    stalled_key = ""
+    halfway = threading.Event()
+    release = threading.Event()
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path, _, query = self.path.partition("?")
+        bucket, _, key = path.lstrip("/").partition("/")
+        key = urllib.parse.unquote(key)
+        modified = "2026-12-07T00:00:00.000Z"
+        if not key and "list-type=2" in query:
+            prefix = urllib.parse.parse_qs(query).get("prefix", [""])[0]
+            entries = "".join(
+                f"<Contents><Key>{k}</Key><LastModified>{modified}</LastModified>"
+                f"<ETag>&quot;{hashlib.md5(v).hexdigest()}&quot;</ETag><Size>{len(v)}</Size>"
+                "<StorageClass>STANDARD</StorageClass></Contents>"
+                for k, v in sorted(self.objects.items())
+                if k.startswith(prefix)
+            )
+            body = (
+                '<?xml version="1.0" encoding="UTF-8"?>'
+                '<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+                f"<Name>{bucket}</Name><Prefix>{prefix}</Prefix><IsTruncated>false</IsTruncated>{entries}"
+                "</ListBucketResult>"
+            ).encode()
+            self._send(200, body, "application/xml")
+            return
+        data = self.objects.get(key)
+        if data is None:
+            self._send(404, b"<Error><Code>NoSuchKey</Code></Error>", "application/xml")
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", f'"{hashlib.md5(data).hexdigest()}"')
+        self.send_header("Last-Modified", "Mon, 07 Dec 2026 00:00:00 GMT")
+        self.end_headers()
+        if key == self.stalled_key:
+            half = len(data) // 2
+            self.wfile.write(data[:half])
+            self.wfile.flush()
+            self.halfway.set()
+            self.release.wait(60)
+            self.wfile.write(data[half:])
+        else:
+            self.wfile.write(data)
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_nereid_fetch_serves_its_progress_while_it_downloads(tmp_path):
+    weights = np.random.default_rng(0).bytes(4 << 20)
+    config = b'name: "m"\n'
+    _StallingS3.objects = {"repo/m/1/model.onnx": weights, "repo/m/config.pbtxt": config}
+    _StallingS3.stalled_key = "repo/m/1/model.onnx"
+    s3 = ThreadingHTTPServer((HOST, 0), _StallingS3)
+    threading.Thread(target=s3.serve_forever, daemon=True).start()
+    port = _free_port()
+    fetch = Path(__file__).resolve().parent.parent / "target" / "debug" / "nereid-fetch"
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": f"http://{HOST}:{s3.server_port}", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(
+        [str(fetch), f"s3://{BUCKET}/repo/m", str(tmp_path / "m"), "--progress-port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        assert _StallingS3.halfway.wait(60), "the download never started"
+        total = len(weights) + len(config)
+        # The objects come in key order: the weights first, stopped halfway.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                progress = requests.get(f"http://{HOST}:{port}/progress", timeout=5).json()
+            except requests.ConnectionError:
+                progress = None
+            if progress == {"bytes_total": total, "bytes_done": len(weights) // 2}:
+                break
+            assert time.monotonic() < deadline, f"progress never showed the halfway point: {progress}"
+            time.sleep(0.05)
+        _StallingS3.release.set()
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        assert (tmp_path / "m" / "1" / "model.onnx").read_bytes() == weights
+        # The endpoint ends with the fetch.
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://{HOST}:{port}/progress", timeout=5)
+    finally:
+        _StallingS3.release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        s3.shutdown()

@@ -62,6 +62,9 @@ pub mod reason {
     pub const LOADED: &str = "Loaded";
     /// ModelLoaded False with no failure seen (yet).
     pub const LOADING: &str = "Loading";
+    /// ModelLoaded False while a pod downloads the model (the message says
+    /// how far: "fetching 1.5 GiB of 2.5 GiB, 60 %").
+    pub const FETCHING: &str = "Fetching";
 
     // Progressing and Degraded.
 

@@ -25,6 +25,7 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path as LocalPath, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,8 @@ use md5::{Digest, Md5};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 
 use nereid_core::error::{Error, Result};
+
+use crate::progress::FetchProgress;
 
 /// Tries per object before its load fails.
 pub const ATTEMPTS: u32 = 4;
@@ -63,6 +66,8 @@ static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug, Clone)]
 pub struct FetchCache {
     dir: PathBuf,
+    /// Where the bytes obtained are counted, when someone reports them.
+    progress: Option<Arc<FetchProgress>>,
 }
 
 /// Whether a blob came from the cache or from the store.
@@ -81,6 +86,19 @@ impl FetchCache {
     pub fn in_folder(folder: &LocalPath) -> Self {
         FetchCache {
             dir: folder.join(OBJECTS),
+            progress: None,
+        }
+    }
+
+    /// Counts every byte it obtains (reused or downloaded) in `progress`.
+    pub fn reporting(mut self, progress: Option<Arc<FetchProgress>>) -> Self {
+        self.progress = progress;
+        self
+    }
+
+    fn count(&self, bytes: u64) {
+        if let Some(progress) = &self.progress {
+            progress.add(bytes);
         }
     }
 
@@ -134,6 +152,7 @@ impl FetchCache {
         let key = Self::key(repository, meta);
         let blob = self.dir.join(&key);
         if is_whole(&blob, meta.size).await {
+            self.count(meta.size);
             return Ok((blob, Obtained::Reused));
         }
         let lock_path = self.dir.join(format!("{key}.lock"));
@@ -145,6 +164,7 @@ impl FetchCache {
         .await?;
         // Another process may have downloaded it while this one waited.
         if is_whole(&blob, meta.size).await {
+            self.count(meta.size);
             return Ok((blob, Obtained::Reused));
         }
         let expected_md5 = md5_of(repository, meta);
@@ -183,9 +203,15 @@ impl FetchCache {
             std::process::id(),
             SEQUENCE.fetch_add(1, Ordering::Relaxed)
         ));
-        let result = self.download_to(store, meta, &temporary, expected_md5).await;
+        let mut counted = 0;
+        let result = self
+            .download_to(store, meta, &temporary, expected_md5, &mut counted)
+            .await;
         if result.is_err() {
             let _ = tokio::fs::remove_file(&temporary).await;
+            if let Some(progress) = &self.progress {
+                progress.rewind(counted);
+            }
         }
         result.map(|()| temporary)
     }
@@ -202,6 +228,7 @@ impl FetchCache {
         meta: &ObjectMeta,
         temporary: &LocalPath,
         expected_md5: Option<&str>,
+        counted: &mut u64,
     ) -> std::result::Result<(), Failure> {
         let location = &meta.location;
         let store_failed = |e: object_store::Error| Failure::from_store(location, e);
@@ -218,6 +245,8 @@ impl FetchCache {
             while let Some(chunk) = chunks.try_next().await.map_err(store_failed)? {
                 batched += chunk.len();
                 sent += chunk.len() as u64;
+                *counted += chunk.len() as u64;
+                self.count(chunk.len() as u64);
                 batch.push(chunk);
                 if batched >= WRITE_BATCH_BYTES {
                     batched = 0;
@@ -290,10 +319,16 @@ impl FetchCache {
             // way, so none is being built. First, so that the blobs only
             // it linked go in the pass below.
             if let Some(models) = dir.parent() {
-                for entry in std::fs::read_dir(models).map_err(|e| local_error("read", models, e))?.flatten() {
+                for entry in std::fs::read_dir(models)
+                    .map_err(|e| local_error("read", models, e))?
+                    .flatten()
+                {
                     let name = entry.file_name().to_string_lossy().into_owned();
                     let staging = name.starts_with('.') && name.contains(STAGING_MARK);
-                    if staging && entry.file_type().is_ok_and(|t| t.is_dir()) && std::fs::remove_dir_all(entry.path()).is_ok() {
+                    if staging
+                        && entry.file_type().is_ok_and(|t| t.is_dir())
+                        && std::fs::remove_dir_all(entry.path()).is_ok()
+                    {
                         removed += 1;
                     }
                 }

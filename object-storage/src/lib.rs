@@ -19,6 +19,7 @@
 //! binary plugs [`open`] in, so only this crate depends on object_store.
 
 pub mod fetch_cache;
+pub mod progress;
 
 use std::path::{Path as LocalPath, PathBuf};
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path;
 
 use fetch_cache::{FetchCache, Obtained};
+pub use progress::FetchProgress;
 
 use nereid_core::error::{Error, Result};
 use nereid_core::repository::ObjectStorage;
@@ -160,10 +162,24 @@ impl RemoteRoot {
     /// never leaves a half-written model behind, and two processes fetching
     /// the same model take turns at the swap.
     pub async fn fetch_to(&self, name: &str, destination: &LocalPath) -> Result<()> {
+        self.fetch_reporting(name, destination, None).await
+    }
+
+    /// [`Self::fetch_to`], counting the folder's bytes as they come in
+    /// `progress` (those the cache holds count at once).
+    pub async fn fetch_reporting(
+        &self,
+        name: &str,
+        destination: &LocalPath,
+        progress: Option<Arc<FetchProgress>>,
+    ) -> Result<()> {
         let model_prefix = self.prefix.clone().join(name);
         let objects = self.list_model(name).await?;
+        if let Some(progress) = &progress {
+            progress.set_total(objects.iter().map(|o| o.size).sum());
+        }
         let parent = destination.parent().unwrap_or(LocalPath::new("."));
-        let cache = FetchCache::in_folder(parent);
+        let cache = FetchCache::in_folder(parent).reporting(progress);
         let in_use = cache.use_it().await?;
         let folder = destination
             .file_name()
@@ -323,6 +339,30 @@ mod tests {
         let err = root.fetch("missing").await.unwrap_err();
         assert!(err.message().contains("missing"), "{err}");
         std::fs::remove_dir_all(cache).unwrap();
+    }
+
+    #[tokio::test]
+    async fn progress_counts_downloaded_and_cached_bytes() {
+        let store = Arc::new(InMemory::new());
+        store
+            .put(&Path::from("repo/m/config.pbtxt"), PutPayload::from("name: \"m\""))
+            .await
+            .unwrap();
+        store
+            .put(&Path::from("repo/m/1/model.onnx"), PutPayload::from(vec![7u8; 100_000]))
+            .await
+            .unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let root = RemoteRoot::with_store("memory://repo", store, Path::from("repo"), cache.path().to_path_buf());
+        let total = 100_000 + "name: \"m\"".len() as u64;
+        for _ in 0..2 {
+            // Downloaded the first time, from the cache the second: all of it either way.
+            let progress = Arc::new(FetchProgress::new());
+            root.fetch_reporting("m", &cache.path().join("m"), Some(Arc::clone(&progress)))
+                .await
+                .unwrap();
+            assert_eq!(progress.snapshot(), (total, total));
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@
 
 pub mod apply;
 pub mod events;
+pub mod fetch_progress;
 pub mod loaded_versions;
 pub mod observe;
 pub mod plan;

@@ -19,6 +19,7 @@
 pub mod address;
 pub mod autoscaling;
 pub mod conditions;
+pub mod fetch;
 pub mod gpus;
 pub mod pods;
 

@@ -220,6 +220,52 @@ fn the_server_loads_exactly_this_model_from_the_fetched_folder() {
 }
 
 #[test]
+fn every_init_step_is_nereid_fetch_with_no_shell() {
+    // The image is FROM scratch: a shell in a command would fail in every
+    // real cluster (the process nodes of the e2e suite refuse it too).
+    let mut m = model();
+    let d = deployment_of(&m);
+    let commands: Vec<&Vec<String>> = pod_spec(&d)
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&pod_spec(&d).containers)
+        .filter_map(|c| c.command.as_ref())
+        .collect();
+    assert!(!commands.is_empty());
+    for command in &commands {
+        assert!(
+            ["nereid-server", "nereid-fetch"].contains(&command[0].as_str()),
+            "{command:?}"
+        );
+    }
+    // The URI by reference, expanded once by the kubelet; the model's own folder.
+    assert_eq!(
+        fetch(&d).command.as_ref().unwrap(),
+        &[
+            "nereid-fetch",
+            "$(NEREID_SOURCE_URI)",
+            "/models/resnet",
+            "--progress-port",
+            "8009"
+        ]
+    );
+    // A claim is copied from where it is mounted.
+    m.spec.source.uri = "pvc://weights/resnet".into();
+    let d = deployment_of(&m);
+    assert_eq!(
+        fetch(&d).command.as_ref().unwrap(),
+        &[
+            "nereid-fetch",
+            "$(NEREID_SOURCE_URI)",
+            "/models/resnet",
+            "--from",
+            "/source"
+        ]
+    );
+}
+
+#[test]
 fn the_repository_api_is_on_only_behind_the_secrets_header() {
     let mut m = model();
     m.spec.server = Some(ServerSpec {
@@ -349,7 +395,7 @@ fn a_network_policy_admits_only_the_named_peers() {
         r.ports.iter().flatten().filter_map(|p| p.port.clone()).collect()
     };
     assert_eq!(ports(&rules[0]), vec![IntOrString::Int(8000), IntOrString::Int(8001)]);
-    assert_eq!(ports(&rules[1]), vec![IntOrString::Int(8002)]);
+    assert_eq!(ports(&rules[1]), vec![IntOrString::Int(8002), IntOrString::Int(8009)]);
     // Empty: the model's own namespace, for both rules.
     let own_namespace = NetworkPolicyPeer {
         pod_selector: Some(Default::default()),

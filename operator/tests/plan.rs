@@ -20,6 +20,7 @@ use nereid_operator::controller::observe::{AfterApply, BeforeApply};
 use nereid_operator::controller::plan::{self, PROGRESSING_REQUEUE, Report, SETTLED_REQUEUE};
 use nereid_operator::error::Error;
 use nereid_operator::status::Missing;
+use nereid_operator::status::fetch::FetchProgress;
 use nereid_operator::status::gpus::{GpuCapacity, NodeGpus};
 use nereid_proto::contract::exit;
 use support::*;
@@ -33,6 +34,7 @@ fn after(model: &InferenceModel, (replicas, updated, ready): (i32, i32, i32), po
         pods,
         gpus: None,
         loaded_versions: None,
+        fetch: None,
         figures: None,
     }
 }
@@ -124,6 +126,23 @@ fn a_new_model_gets_every_object_and_a_rolling_out_status() {
     assert_eq!(status.observed_generation, Some(3));
     assert!(told(&report).is_empty(), "rolling out is no news");
     assert_eq!(report.next.unwrap(), Action::requeue(PROGRESSING_REQUEUE));
+}
+
+#[test]
+fn a_download_in_progress_is_the_model_loaded_reason() {
+    let m = model();
+    let mut after = after(&m, (1, 1, 0), vec![]);
+    after.fetch = Some(FetchProgress {
+        pod: "resnet-0".into(),
+        done: 3 << 30,
+        total: 4 << 30,
+    });
+    let report = plan::report(&m, &BeforeApply::default(), &after, &config(), at(0));
+    let status = report.status.as_ref().unwrap();
+    let loaded = condition(status, MODEL_LOADED);
+    assert_eq!(state(status, MODEL_LOADED), is(false, reason::FETCHING));
+    assert_eq!(loaded.message, "fetching 3.0 GiB of 4.0 GiB, 75 % (pod resnet-0)");
+    assert!(told(&report).is_empty(), "a download is no news");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //!
 //! - headers: gRPC metadata keys and HTTP headers between gateway and server;
 //! - [`exit`]: what a server's exit status tells the operator;
+//! - [`fetch_progress`]: how far a pod's `nereid-fetch` is, for the operator;
 //! - [`metrics`]: the families the server exports and others read (the
 //!   operator's scraper, the chart's prometheus-adapter rules).
 //!
@@ -40,4 +41,22 @@ pub mod exit {
     /// a model failed to load. The operator reads it on a terminated server
     /// container as a failed load (a `LoadFailed` condition), not a crash.
     pub const LOAD_FAILED: u8 = 3;
+}
+
+/// How far `nereid-fetch` is, served over HTTP while it runs in a serving
+/// pod's init container, and read by the operator into the
+/// InferenceModel's status ("fetching 1.2 GiB, 45 %"): no other process
+/// can see a download in progress, since the server has not started yet.
+pub mod fetch_progress {
+    /// The flag that asks `nereid-fetch` to serve its progress on a port.
+    pub const FLAG: &str = "--progress-port";
+    /// The port the operator asks for: none of the server's (8000-8002),
+    /// which is not running while its models are fetched.
+    pub const PORT: u16 = 8009;
+    /// The path of the JSON document.
+    pub const PATH: &str = "/progress";
+    /// Its fields: bytes of the model folder in all, and fetched so far
+    /// (bytes already in the fetch cache count as fetched).
+    pub const BYTES_TOTAL: &str = "bytes_total";
+    pub const BYTES_DONE: &str = "bytes_done";
 }

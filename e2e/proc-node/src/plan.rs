@@ -22,6 +22,8 @@ use crate::volumes;
 /// Where a service-account token is mounted; kube clients find it through
 /// the KUBECONFIG the plan writes next to it.
 pub const SERVICE_ACCOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Where the image keeps its programs (and its PATH).
+const IMAGE_BIN_DIR: &str = "/usr/local/bin/";
 /// Where a container's termination message is written unless it says otherwise.
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
@@ -337,23 +339,21 @@ pub fn rewrite(text: &str, mounts: &[(String, PathBuf)]) -> String {
 }
 
 fn find_program(name: &str, bin_dir: &Path) -> Result<PathBuf> {
-    if name.contains('/') {
-        let path = PathBuf::from(name);
-        if path.is_file() {
-            return Ok(path);
-        }
-        bail!("{name}: no such file on the process node");
-    }
-    let candidates =
-        std::iter::once(bin_dir.to_path_buf()).chain(["/usr/local/bin", "/usr/bin", "/bin"].iter().map(PathBuf::from));
-    for dir in candidates {
-        let path = dir.join(name);
-        if path.is_file() {
-            return Ok(path);
-        }
+    // The image is `FROM scratch`: its programs are the Nereid binaries in
+    // /usr/local/bin (here `--bin-dir`) and nothing else, no shell. Looking
+    // on the host too would let a pod spec that needs `/bin/sh` pass here
+    // and fail in every real cluster.
+    let file = match name.strip_prefix(IMAGE_BIN_DIR) {
+        Some(file) => file,
+        None if name.contains('/') => bail!("{name}: no such file in the image (its programs are in {IMAGE_BIN_DIR})"),
+        None => name,
+    };
+    let path = bin_dir.join(file);
+    if !file.is_empty() && !file.contains('/') && path.is_file() {
+        return Ok(path);
     }
     bail!(
-        "executable \"{name}\" not found in {} or the system's PATH",
+        "executable \"{name}\" not found in the image (its programs, from {}: nereid-server, nereid-fetch, ...; no shell)",
         bin_dir.display()
     )
 }

@@ -14,10 +14,13 @@
 //! - `s3://`, `gs://`, `as://`: `nereid-fetch` downloads the folder, with the
 //!   same object-storage code as the server and the Secret's credentials;
 //! - `pvc://claim/path`: the claim is mounted read-only at `/source` (the
-//!   path as its subPath) and copied in;
+//!   path as its subPath) and `nereid-fetch --from /source` copies it in;
 //! - `http(s)://`: not supported yet; it exits with a clear message, so the
 //!   pod shows the failure (and the status says so) instead of serving an
 //!   empty folder.
+//!
+//! Every init step is `nereid-fetch` itself (`server/src/command/fetch.rs`),
+//! never a shell script: the image is `FROM scratch` and has no shell.
 //!
 //! The config override (the ConfigMap's `config.json`) is mounted read-only
 //! at `/etc/nereid/config`; the server merges it over the repository's
@@ -42,6 +45,7 @@
 //! (`--http-restricted-api-from-env`), so the key is neither in the pod spec
 //! nor in the process's command line, which every process of the node may read.
 
+use nereid_proto::contract::fetch_progress;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
@@ -109,35 +113,6 @@ pub const TERMINATION_GRACE_SECS: i64 = PRE_STOP_SLEEP_SECS + EXIT_TIMEOUT_SECS 
 /// Startup probe: every 10 s, up to 90 times: 15 minutes to fetch and load a big model.
 pub const STARTUP_PERIOD_SECS: i32 = 10;
 pub const STARTUP_FAILURES: i32 = 90;
-
-/// The fetch step (see the module docs). POSIX sh, so any base image with a shell runs it.
-const FETCH_SCRIPT: &str = r#"set -eu
-dest="/models/${NEREID_MODEL_NAME}"
-mkdir -p "$dest"
-case "$NEREID_SOURCE_URI" in
-  s3://*|gs://*|as://*|az://*)
-    exec nereid-fetch "$NEREID_SOURCE_URI" "$dest"
-    ;;
-  pvc://*)
-    cp -R /source/. "$dest/"
-    echo "model-fetch: copied ${NEREID_SOURCE_URI} into ${dest}"
-    ;;
-  *)
-    echo "model-fetch: cannot fetch ${NEREID_SOURCE_URI}: supported sources are s3://, gs://, as:// and pvc://" >&2
-    exit 1
-    ;;
-esac
-"#;
-
-/// The write step (see [`write_container`]).
-const WRITE_SCRIPT: &str = r#"set -eu
-for config in /etc/nereid/config/*.pbtxt; do
-  name=$(basename "$config" .pbtxt)
-  mkdir -p "/models/$name/1"
-  cp "$config" "/models/$name/config.pbtxt"
-  echo "model-configs: wrote /models/$name"
-done
-"#;
 
 /// The replicas the Deployment runs: `spec.replicas`, else the autoscaler's
 /// minimum, else 1.
@@ -490,7 +465,13 @@ fn write_container(image: &str) -> Container {
     Container {
         name: WRITE_CONTAINER.into(),
         image: Some(image.to_string()),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), WRITE_SCRIPT.into()]),
+        // The image has no shell: nereid-fetch does the copying.
+        command: Some(vec![
+            "nereid-fetch".into(),
+            "--write-configs".into(),
+            CONFIG_PATH.into(),
+            MODELS_PATH.into(),
+        ]),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         volume_mounts: Some(vec![
             mount(MODELS_VOLUME, MODELS_PATH, false),
@@ -519,10 +500,25 @@ fn fetch_container(fetched: &Fetched, image: &str) -> Container {
         ..EnvVar::default()
     };
     let secrets: Vec<&str> = fetched.source.credentials_secret.as_deref().into_iter().collect();
+    // The image has no shell: nereid-fetch itself tells the sources apart,
+    // and refuses one it cannot read with the ones it can. The URI goes by
+    // reference: the kubelet expands `$(VAR)` in a command once, so a
+    // `$(...)` inside the URI stays text instead of reading the container's
+    // environment (its credentials) into an argument and an error message.
+    let mut command = vec![
+        "nereid-fetch".to_string(),
+        "$(NEREID_SOURCE_URI)".to_string(),
+        format!("{MODELS_PATH}/{}", fetched.model),
+    ];
+    match pvc_source(&fetched.source.uri) {
+        Some(_) => command.extend(["--from".to_string(), SOURCE_PATH.to_string()]),
+        // A download reports how far it is, for the status to show.
+        None => command.extend([fetch_progress::FLAG.to_string(), fetch_progress::PORT.to_string()]),
+    }
     Container {
         name: fetched.container.clone(),
         image: Some(image.to_string()),
-        command: Some(vec!["/bin/sh".into(), "-c".into(), FETCH_SCRIPT.into()]),
+        command: Some(command),
         env: Some(vec![
             env("NEREID_SOURCE_URI", fetched.source.uri.clone()),
             env("NEREID_MODEL_NAME", fetched.model.clone()),

@@ -1,8 +1,9 @@
 //! The NetworkPolicy of an InferenceModel's pods, when its spec asks for one.
 //!
 //! Ingress only: the HTTP and gRPC ports from `spec.networkPolicy.from` (the
-//! model's namespace when empty), the metrics port from `metricsFrom` (the
-//! same peers when empty). Egress is left alone: pods fetch models from
+//! model's namespace when empty), the metrics port and the port on which a
+//! pod's `nereid-fetch` reports its download from `metricsFrom` (the same
+//! peers when empty; the operator reads both). Egress is left alone: pods fetch models from
 //! object storage and remote ensemble steps call other models.
 
 use k8s_openapi::api::networking::v1::{
@@ -11,6 +12,8 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
+
+use nereid_proto::contract::fetch_progress;
 
 use super::{Served, labels, service};
 
@@ -51,9 +54,11 @@ pub fn network_policy<S: Served>(model: &S) -> Option<NetworkPolicy> {
                     from: Some(callers),
                     ports: Some(vec![port(ports.http), port(ports.grpc)]),
                 },
+                // The operator reads the metrics, and a fetch's progress
+                // while a pod downloads its model.
                 NetworkPolicyIngressRule {
                     from: Some(scrapers),
-                    ports: Some(vec![port(ports.metrics)]),
+                    ports: Some(vec![port(ports.metrics), port(i32::from(fetch_progress::PORT))]),
                 },
             ]),
             ..NetworkPolicySpec::default()

@@ -17,12 +17,12 @@ use kube::{Api, ResourceExt};
 use nereid_crds::InferenceModel;
 
 use super::apply::{self, Applied};
-use super::loaded_versions;
+use super::{fetch_progress, loaded_versions};
 use crate::autoscaling::figures::Figures;
 use crate::builders::{Served, deployment, labels, service};
 use crate::context::{Autoscaler, Context};
 use crate::error::Error;
-use crate::status::{self, Missing, gpus::GpuCapacity};
+use crate::status::{self, Missing, fetch::FetchProgress, gpus::GpuCapacity};
 
 /// What decides a model's objects, read before anything is written.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -51,6 +51,9 @@ pub struct AfterApply {
     pub gpus: Option<GpuCapacity>,
     /// The versions a ready pod serves; `None` when none answered.
     pub loaded_versions: Option<Vec<String>>,
+    /// How far a pod that downloads the model is; `None` when none does
+    /// (or none answered).
+    pub fetch: Option<FetchProgress>,
     /// The model's figures from the scraper's latest round.
     pub figures: Option<Figures>,
 }
@@ -90,12 +93,14 @@ pub async fn after_apply(
         false => None,
     };
     let loaded_versions = loaded_versions::query(&pods, &name, service::ports(model).http).await;
+    let fetch = fetch_progress::query(&pods).await;
     Ok(AfterApply {
         deployment: applied.deployment,
         hpa: applied.hpa,
         pods,
         gpus,
         loaded_versions,
+        fetch,
         figures: ctx.board.get(namespace, &name),
     })
 }

@@ -93,6 +93,9 @@ pub fn report(
     if let Some(versions) = &after.loaded_versions {
         status.loaded_versions = versions.clone();
     }
+    if let Some(fetch) = &after.fetch {
+        fetch.apply(&mut status.conditions);
+    }
     status.autoscaling = autoscaling_status(
         model,
         after.hpa.as_ref(),
