@@ -28,7 +28,6 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
 use std::sync::Arc;
 use std::time::Duration;
 
