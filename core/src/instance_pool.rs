@@ -77,8 +77,6 @@ pub struct InstanceSource {
     /// Told once per finished job, with its answers, when a dynamic batcher
     /// feeds the pool.
     pub idle: Option<UnboundedSender<Finished>>,
-    /// What each instance runs before it counts as loaded.
-    pub warmup: Vec<warmup::Sample>,
 }
 
 impl InstanceSource {
@@ -134,11 +132,11 @@ pub struct Inline {
 }
 
 impl Inline {
-    fn start(source: InstanceSource, placements: &[Placement]) -> Result<Inline> {
+    fn start(source: InstanceSource, placements: &[Placement], warmup: &[warmup::Sample]) -> Result<Inline> {
         let mut instances = Vec::with_capacity(placements.len());
         for (index, placement) in placements.iter().enumerate() {
             let mut instance = create(&source, *placement)?;
-            warm_up(&source, index, instance.as_mut())?;
+            warm_up(&source, index, instance.as_mut(), warmup)?;
             instances.push(Mutex::new(instance));
         }
         Ok(Inline {
@@ -211,12 +209,17 @@ impl Inline {
 
 impl InstancePool {
     /// Starts one thread per placement, all taking jobs from one queue,
-    /// and waits until each has created its instance. If any fails, all
-    /// stop and the first reason is returned. Blocking: call it from a
-    /// blocking context.
-    pub fn start(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
+    /// and waits until each has created its instance and run the `warmup`
+    /// samples on it ([`warmup`]; their data is dropped once all have). If
+    /// any fails, all stop and the first reason is returned. Blocking: call
+    /// it from a blocking context.
+    pub fn start(
+        source: InstanceSource,
+        placements: &[Placement],
+        warmup: Vec<warmup::Sample>,
+    ) -> Result<InstancePool> {
         if source.idle.is_none() && !source.decoupled() && source.backend.runs_inline(&source.config) {
-            let inline = Inline::start(source, placements)?;
+            let inline = Inline::start(source, placements, &warmup)?;
             return Ok(InstancePool {
                 queues: Vec::new(),
                 source: Arc::downgrade(&inline.source),
@@ -231,35 +234,44 @@ impl InstancePool {
             crossbeam_channel::bounded::<Job>(QUEUE_PER_INSTANCE * placements.len().max(1))
         };
         let receivers = vec![queue.1; placements.len()];
-        Self::start_with(source, placements, vec![queue.0], receivers)
+        Self::start_with(source, placements, warmup, vec![queue.0], receivers)
     }
 
     /// Like [`Self::start`], but each instance has its own queue
     /// ([`Self::submit_to`]): for the sequence batcher, which must send a
     /// sequence's requests to the instance that holds it. Whoever submits
     /// sends one job per instance at a time, so the queues are unbounded.
-    pub fn start_per_instance(source: InstanceSource, placements: &[Placement]) -> Result<InstancePool> {
+    pub fn start_per_instance(
+        source: InstanceSource,
+        placements: &[Placement],
+        warmup: Vec<warmup::Sample>,
+    ) -> Result<InstancePool> {
         let (senders, receivers) = placements.iter().map(|_| crossbeam_channel::unbounded::<Job>()).unzip();
-        Self::start_with(source, placements, senders, receivers)
+        Self::start_with(source, placements, warmup, senders, receivers)
     }
 
     fn start_with(
         source: InstanceSource,
         placements: &[Placement],
+        warmup: Vec<warmup::Sample>,
         queues: Vec<Sender<Job>>,
         receivers: Vec<Receiver<Job>>,
     ) -> Result<InstancePool> {
         let source = Arc::new(source);
+        // Shared by the threads while they warm up; the last to finish frees it.
+        let warmup = Arc::new(warmup);
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
         for ((index, placement), receiver) in placements.iter().copied().enumerate().zip(receivers) {
             let source = Arc::clone(&source);
             let ready = ready_tx.clone();
+            let warmup = Arc::clone(&warmup);
             std::thread::Builder::new()
                 .name(format!("{}-{}-{index}", source.model, source.version))
-                .spawn(move || worker(&source, index, placement, &receiver, &ready))
+                .spawn(move || worker(&source, index, placement, warmup, &receiver, &ready))
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
         }
         drop(ready_tx);
+        drop(warmup);
         let pool = InstancePool {
             queues,
             inline: None,
@@ -383,6 +395,7 @@ fn worker(
     source: &InstanceSource,
     index: usize,
     placement: Placement,
+    warmup: Arc<Vec<warmup::Sample>>,
     jobs: &Receiver<Job>,
     ready: &std::sync::mpsc::Sender<Result<()>>,
 ) {
@@ -395,7 +408,10 @@ fn worker(
             return;
         }
     };
-    if let Err(e) = warm_up(source, index, instance.as_mut()) {
+    let warmed = warm_up(source, index, instance.as_mut(), &warmup);
+    // Its data is not held while the instance serves.
+    drop(warmup);
+    if let Err(e) = warmed {
         let _ = ready.send(Err(e));
         return;
     }
@@ -437,17 +453,22 @@ fn create(source: &InstanceSource, placement: Placement) -> Result<Box<dyn Model
 }
 
 /// Runs the config's warmup samples on a new instance ([`warmup`]).
-fn warm_up(source: &InstanceSource, index: usize, instance: &mut dyn ModelInstance) -> Result<()> {
-    if source.warmup.is_empty() {
+fn warm_up(
+    source: &InstanceSource,
+    index: usize,
+    instance: &mut dyn ModelInstance,
+    samples: &[warmup::Sample],
+) -> Result<()> {
+    if samples.is_empty() {
         return Ok(());
     }
     let started = Instant::now();
-    warmup::run(&source.warmup, instance, source.backend, &source.config)?;
+    warmup::run(samples, instance, source.backend, &source.config)?;
     tracing::info!(
         model = %source.model,
         version = source.version,
         instance = index,
-        samples = source.warmup.len(),
+        samples = samples.len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "instance warmed up"
     );
@@ -716,13 +737,15 @@ mod tests {
             statistics: Arc::clone(&statistics),
             members: Members::default(),
             idle: None,
-            warmup: Vec::new(),
         };
         let placement = Placement {
             device: Device::Cpu,
             intra_op_threads: 1,
         };
-        (InstancePool::start(source, &[placement]).unwrap(), statistics)
+        (
+            InstancePool::start(source, &[placement], Vec::new()).unwrap(),
+            statistics,
+        )
     }
 
     #[tokio::test]

@@ -414,7 +414,7 @@ fn on_instances(
     let placements = placements(config)?;
     let model_dir = version_dir.parent().unwrap_or(version_dir);
     let warmup = crate::warmup::prepare(config, name, model_dir)?;
-    let source = move |idle| InstanceSource {
+    let source = |idle| InstanceSource {
         model: name.to_string(),
         version,
         backend: backend::for_kind(kind),
@@ -423,11 +423,10 @@ fn on_instances(
         statistics: Arc::clone(statistics),
         members: members.clone(),
         idle,
-        warmup,
     };
     if crate::model_config::sequence::of(config).is_some() {
         let settings = SequenceConfig::from_config(config, model_dir)?;
-        let pool = InstancePool::start_per_instance(source(None), &placements)?;
+        let pool = InstancePool::start_per_instance(source(None), &placements, warmup)?;
         let instances = pool.instances();
         let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
         let batcher = SequenceBatcher::start(name, settings, pool, decoupled)?;
@@ -444,7 +443,7 @@ fn on_instances(
         }
         None => (None, None),
     };
-    let pool = InstancePool::start(source(idle_tx), &placements)?;
+    let pool = InstancePool::start(source(idle_tx), &placements, warmup)?;
     let instances = pool.instances();
     let scheduler = match (batching, idle_rx) {
         (Some(batching), Some(idle)) => Scheduler::Dynamic(DynamicBatchScheduler::start(

@@ -553,7 +553,6 @@ impl ModelRepositoryManager {
     }
 }
 
-/// A ready version of `name` in `models`; `None` picks the highest.
 /// How often a drain looks whether a retired version is gone.
 const DRAIN_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -616,6 +615,7 @@ fn sweep(models: &Models, name: &str, retired: &mut Vec<(i64, Retired)>, reason:
     });
 }
 
+/// A ready version of `name` in `models`; `None` picks the highest.
 fn lookup(models: &BTreeMap<String, ModelEntry>, name: &str, version: Option<i64>) -> Result<Arc<Model>> {
     let unknown = || Error::not_found(format!("Request for unknown model: '{name}' is not found"));
 
