@@ -12,6 +12,9 @@
 //!   so a blob is either whole or absent;
 //! - a lock per blob (`KEY.lock`, flock) lets one process download it
 //!   while the others wait and then reuse it;
+//! - a model folder is swapped in under a lock per model, and only when
+//!   the listing it was built from differs from the one last placed there
+//!   (`.model-NAME.listing`): a server loading from it never sees it go;
 //! - every fetch holds `.gc.lock` shared; the clean-up that follows a fetch
 //!   runs only if it gets that lock exclusively (nobody is fetching), and
 //!   removes the blobs no model folder links any more (link count 1), the
@@ -127,6 +130,31 @@ impl FetchCache {
             Ok(file)
         })
         .await
+    }
+
+    /// The listing digest of what [`Self::lock_model`]'s holder last placed
+    /// at the model folder `folder`; none when unknown. Read under that lock.
+    pub async fn placed_listing(&self, folder: &str) -> Option<String> {
+        tokio::fs::read_to_string(self.listing_path(folder)).await.ok()
+    }
+
+    /// Forgets the placed listing before the folder is replaced, so that a
+    /// process dying half-way leaves a folder no listing claims.
+    pub async fn forget_listing(&self, folder: &str) {
+        let _ = tokio::fs::remove_file(self.listing_path(folder)).await;
+    }
+
+    /// Records the listing just placed at `folder`. A failure only costs the
+    /// next fetch a swap.
+    pub async fn record_listing(&self, folder: &str, listing: &str) {
+        let path = self.listing_path(folder);
+        if let Err(e) = tokio::fs::write(&path, listing).await {
+            tracing::warn!(error = %e, "could not record '{}'", path.display());
+        }
+    }
+
+    fn listing_path(&self, folder: &str) -> PathBuf {
+        self.dir.join(format!(".model-{folder}.listing"))
     }
 
     /// The blob's name: what identifies the object's contents in the store.

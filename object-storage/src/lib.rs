@@ -190,9 +190,12 @@ impl RemoteRoot {
             std::process::id(),
             STAGING.fetch_add(1, Ordering::Relaxed)
         ));
+        let listing = self.listing_digest(&objects);
         let built = self.build(&cache, &objects, &model_prefix, &staging).await;
         let placed = match built {
-            Ok(counts) => place(&cache, &folder, &staging, destination).await.map(|()| counts),
+            Ok(counts) => place(&cache, &folder, &listing, &staging, destination)
+                .await
+                .map(|()| counts),
             Err(e) => Err(e),
         };
         if placed.is_err() {
@@ -210,14 +213,16 @@ impl RemoteRoot {
     /// The model folder's listing hashed: each object's path, size, ETag and
     /// time of change, as the fetch cache names its blobs. One LIST, no GET.
     pub async fn fingerprint(&self, name: &str) -> Result<String> {
-        let mut keys: Vec<String> = self
-            .list_model(name)
-            .await?
+        Ok(self.listing_digest(&self.list_model(name).await?))
+    }
+
+    fn listing_digest(&self, objects: &[object_store::ObjectMeta]) -> String {
+        let mut keys: Vec<String> = objects
             .iter()
             .map(|object| FetchCache::key(&self.url, object))
             .collect();
         keys.sort();
-        Ok(fetch_cache::digest(keys.join("\n").as_bytes()))
+        fetch_cache::digest(keys.join("\n").as_bytes())
     }
 
     /// Every object under the model's folder; not found when there is none.
@@ -284,15 +289,32 @@ impl RemoteRoot {
 static STAGING: AtomicU64 = AtomicU64::new(0);
 
 /// Swaps the built folder in for `destination`, holding the model's lock.
-async fn place(cache: &FetchCache, folder: &str, staging: &LocalPath, destination: &LocalPath) -> Result<()> {
+/// Swaps the folder built in `staging` in at `destination`, unless
+/// `destination` already holds the same listing: another server sharing the
+/// cache folder may be loading from it, and a swap under its feet would show
+/// it a model folder with no versions.
+async fn place(
+    cache: &FetchCache,
+    folder: &str,
+    listing: &str,
+    staging: &LocalPath,
+    destination: &LocalPath,
+) -> Result<()> {
     let _turn = cache.lock_model(folder).await?;
+    if cache.placed_listing(folder).await.as_deref() == Some(listing) && destination.is_dir() {
+        let _ = tokio::fs::remove_dir_all(staging).await;
+        return Ok(());
+    }
+    cache.forget_listing(folder).await;
     let _ = tokio::fs::remove_dir_all(destination).await;
     tokio::fs::rename(staging, destination).await.map_err(|e| {
         Error::internal(format!(
             "failed to place model '{folder}' at '{}': {e}",
             destination.display()
         ))
-    })
+    })?;
+    cache.record_listing(folder, listing).await;
+    Ok(())
 }
 
 async fn create_dir(path: &LocalPath) -> Result<()> {
@@ -330,6 +352,13 @@ mod tests {
             "name: \"simple\""
         );
         assert_eq!(std::fs::read_to_string(local.join("1/model.onnx")).unwrap(), "onnx");
+
+        // A fetch of an unchanged listing leaves the folder in place: a
+        // server sharing the cache folder may be loading from it.
+        let inode = |p: &LocalPath| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = inode(&local);
+        let local = root.fetch("simple").await.unwrap();
+        assert_eq!(inode(&local), before);
 
         // A second fetch replaces the copy: removed files disappear.
         store.delete(&Path::from("repo/simple/1/model.onnx")).await.unwrap();
