@@ -17,6 +17,8 @@ pub const DEGRADED: &str = "Degraded";
 pub const VALID: &str = "Valid";
 /// Every member InferenceModel of a ModelEnsemble is ready.
 pub const MEMBERS_READY: &str = "MembersReady";
+/// InferenceModel with `spec.canary`: every wanted canary pod is ready.
+pub const CANARY_READY: &str = "CanaryReady";
 
 /// Reasons, CamelCase as Kubernetes requires: of conditions
 /// (`condition.reason`, both kinds), of `status.autoscaling.reason`, and of

@@ -1,11 +1,13 @@
 //! `InferenceModel`: one model, where it comes from, what it runs on, and
 //! how it scales. The operator turns it into a ConfigMap, a Deployment of
-//! `nereid-server` pods, a Service, a PodDisruptionBudget and an HPA.
+//! `nereid-server` pods, a Service, a PodDisruptionBudget and an HPA, and a
+//! canary's ConfigMap, Deployment and Service when it has one.
 //!
 //! The spec's parts each live in their own file under `inference_model/`;
 //! this file holds the resource itself and re-exports the parts.
 
 mod autoscaling;
+mod canary;
 mod config;
 mod network;
 mod resources;
@@ -15,6 +17,7 @@ mod source;
 mod status;
 
 pub use autoscaling::{Autoscaling, AutoscalingMetric, TargetKind};
+pub use canary::{CANARY_SUFFIX, Canary, RevisionStatus};
 pub use config::{DynamicBatching, InstanceGroup, InstanceKind, ModelConfigOverride};
 pub use network::ModelNetworkPolicy;
 pub use resources::ModelResources;
@@ -133,4 +136,8 @@ pub struct InferenceModelSpec {
     /// Who may reach the serving pods (a NetworkPolicy); absent, no policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network_policy: Option<ModelNetworkPolicy>,
+    /// A second revision (another source and/or config) with pods of its
+    /// own, given `trafficPercent` of the model's requests by nereid-gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Canary>,
 }

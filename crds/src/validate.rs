@@ -13,7 +13,7 @@ pub use ensemble::{ensemble_dag, validate_ensemble};
 pub use quantity::parse_quantity;
 
 use crate::rules::{self, Check};
-use crate::{Autoscaling, InferenceModelSpec, ModelConfigOverride, ServerPorts, VersionPolicy};
+use crate::{Autoscaling, Canary, InferenceModelSpec, ModelConfigOverride, ServerPorts, VersionPolicy};
 
 /// Checks an InferenceModel spec; returns every problem found.
 pub fn validate(spec: &InferenceModelSpec) -> Result<(), Vec<String>> {
@@ -32,8 +32,43 @@ pub fn validate(spec: &InferenceModelSpec) -> Result<(), Vec<String>> {
     if let Some(autoscaling) = &spec.autoscaling {
         check_autoscaling(&mut errors, autoscaling);
     }
+    if let Some(canary) = &spec.canary {
+        check_canary(&mut errors, canary);
+    }
     errors.into_result()
 }
+
+/// The canary's own fields; its source and config by the spec's rules, the
+/// messages naming the canary's fields.
+fn check_canary(errors: &mut Errors, canary: &Canary) {
+    let percent = canary.traffic_percent;
+    if !(0..=100).contains(&percent) {
+        errors.push(format!(
+            "spec.canary.trafficPercent must be between 0 and 100 (got {percent})"
+        ));
+    }
+    if let Some(replicas) = canary.replicas.filter(|r| !(0..=MAX_CANARY_REPLICAS).contains(r)) {
+        errors.push(format!(
+            "spec.canary.replicas must be between 0 and {MAX_CANARY_REPLICAS} (got {replicas})"
+        ));
+    }
+    let mut own = Errors::default();
+    if let Some(source) = &canary.source {
+        check_uri(&mut own, &source.uri);
+        if let Some(version) = &source.version {
+            check_version(&mut own, version);
+        }
+    }
+    if let Some(config) = &canary.config {
+        check_config(&mut own, config);
+    }
+    for message in own.0 {
+        errors.push(message.replace("spec.", "spec.canary."));
+    }
+}
+
+/// The schema's bound on `spec.canary.replicas`.
+const MAX_CANARY_REPLICAS: i32 = 1000;
 
 /// The problems found so far.
 #[derive(Default)]

@@ -13,9 +13,12 @@
 //! - [`service`]: the in-cluster HTTP, gRPC and metrics endpoints.
 //! - [`pdb`]: the disruption budget that keeps voluntary evictions gentle.
 //! - [`network_policy`]: who may reach the pods, when the spec says.
+//! - [`canary`]: a canary's ConfigMap, Deployment and Service, from the
+//!   same builders.
 //! - [`hpa`]: the HorizontalPodAutoscaler, when the spec asks for autoscaling,
 //!   or [`scaled_object`], KEDA's ScaledObject, with `--autoscaler keda`.
 
+pub mod canary;
 pub mod config_map;
 pub mod deployment;
 pub mod hpa;
@@ -50,6 +53,19 @@ pub struct Desired {
     pub network_policy: Option<NetworkPolicy>,
     /// What scales the model.
     pub autoscaler: AutoscalerObject,
+    /// The canary's objects, when the resource can have one.
+    pub canary: CanaryState,
+}
+
+/// What the apply does about a canary.
+#[derive(Clone, Debug)]
+pub enum CanaryState {
+    /// The resource has no canaries (a ModelEnsemble): nothing to look for.
+    Unsupported,
+    /// No `spec.canary`: the objects of one there was are deleted.
+    Absent,
+    /// `spec.canary`'s objects.
+    Present(Box<canary::CanaryObjects>),
 }
 
 /// The object `spec.autoscaling` becomes, by the operator's `--autoscaler`;
@@ -97,6 +113,10 @@ pub fn desired(model: &InferenceModel, config: &OperatorConfig) -> Desired {
             } => AutoscalerObject::Keda(
                 scaled_object::scaled_object(model, scaler_address, trigger_authentication.as_deref()).map(Box::new),
             ),
+        },
+        canary: match canary::objects(model, config) {
+            Some(objects) => CanaryState::Present(Box::new(objects)),
+            None => CanaryState::Absent,
         },
         config_map,
     }

@@ -15,6 +15,7 @@
 //! - [`autoscaling`]: what the model's HPA and the scrapes of its pods say.
 //! - [`gpus`]: the free GPUs of the nodes, for an InsufficientGPU message.
 //! - [`address`]: where a model is called (its Service, or nereid-gateway).
+//! - [`revisions`]: a canary's and the spec's revisions side by side.
 
 pub mod address;
 pub mod autoscaling;
@@ -22,6 +23,7 @@ pub mod conditions;
 pub mod fetch;
 pub mod gpus;
 pub mod pods;
+pub mod revisions;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -185,6 +187,7 @@ pub fn derive_status(
         last_failure,
         // Filled in by the controller, which has the HPA and the figures.
         autoscaling: None,
+        revisions: Vec::new(),
     }
 }
 

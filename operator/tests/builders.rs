@@ -789,3 +789,100 @@ fn pvc_uris_parse_into_claim_and_path() {
     assert_eq!(pvc_source("pvc:///a"), None);
     assert_eq!(pvc_source("s3://bucket/a"), None);
 }
+
+/// A canary: its own ConfigMap, Deployment and Service named `resnet-canary`,
+/// owned by the model, whose pods serve `resnet` from the canary's source
+/// and which the model's own selector never matches.
+#[test]
+fn a_canary_runs_its_own_pods_that_serve_the_model_under_its_name() {
+    let model = model_with(InferenceModelSpec {
+        canary: Some(nereid_crds::Canary {
+            source: Some(nereid_crds::ModelSource {
+                uri: "s3://models/resnet-v2".into(),
+                ..Default::default()
+            }),
+            config: Some(ModelConfigOverride {
+                max_batch_size: Some(4),
+                ..Default::default()
+            }),
+            traffic_percent: 20,
+            replicas: None,
+        }),
+        autoscaling: Some(Autoscaling {
+            max_replicas: 5,
+            target: "100m".into(),
+            ..Default::default()
+        }),
+        ..spec()
+    });
+    let desired = builders::desired(&model, &config());
+    let builders::CanaryState::Present(canary) = desired.canary else {
+        panic!("no canary objects");
+    };
+    for (kind, meta) in [
+        ("ConfigMap", &canary.config_map.metadata),
+        ("Deployment", &canary.deployment.metadata),
+        ("Service", &canary.service.metadata),
+    ] {
+        let name = meta.name.as_deref().unwrap();
+        assert!(name.starts_with("resnet-canary"), "{kind} {name}");
+        let owner = &meta.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.name.as_str(), owner.controller),
+            ("resnet", Some(true)),
+            "{kind}"
+        );
+    }
+    let deployment = &canary.deployment;
+    assert_eq!(deployment.spec.replicas, Some(1));
+    let pod_labels = deployment
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    assert_eq!(pod_labels[labels::MODEL], "resnet-canary");
+    assert_eq!(pod_labels[builders::canary::CANARY_OF], "resnet");
+    let model_selector = labels::selector(&model);
+    assert!(
+        !model_selector.iter().all(|(k, v)| pod_labels.get(k) == Some(v)),
+        "the model's Service and PDB must not select canary pods"
+    );
+    // The pods serve `resnet`, fetched from the canary's source.
+    assert_eq!(
+        probe_path(&server(deployment).readiness_probe),
+        "/v2/models/resnet/ready"
+    );
+    let fetch_args = fetch(deployment).command.clone().unwrap_or_default();
+    assert!(fetch_args.iter().any(|a| a == "/models/resnet"), "{fetch_args:?}");
+    let uri = fetch(deployment)
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "NEREID_SOURCE_URI")
+        .and_then(|e| e.value.clone());
+    assert_eq!(uri.as_deref(), Some("s3://models/resnet-v2"));
+    assert!(
+        canary.config_map.data.as_ref().unwrap()["config.json"].contains("\"max_batch_size\": 4"),
+        "{:?}",
+        canary.config_map.data
+    );
+    // The spec's revision keeps its own source and no canary label.
+    assert!(desired.autoscaler.is_some());
+    let stable_labels = desired
+        .deployment
+        .spec
+        .template
+        .metadata
+        .clone()
+        .unwrap()
+        .labels
+        .unwrap();
+    assert!(!stable_labels.contains_key(builders::canary::CANARY_OF));
+
+    let without = builders::desired(&model_with(spec()), &config());
+    assert!(matches!(without.canary, builders::CanaryState::Absent));
+}

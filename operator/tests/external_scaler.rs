@@ -82,6 +82,7 @@ fn board() -> Arc<Board> {
                 pending: 6.0,
                 inference_rate: 120.0,
                 gpu_percent: None,
+                requests: 0.0,
             },
         ),
         (

@@ -36,6 +36,7 @@ fn after(model: &InferenceModel, (replicas, updated, ready): (i32, i32, i32), po
         loaded_versions: None,
         fetch: None,
         figures: None,
+        canary: None,
     }
 }
 

@@ -73,6 +73,8 @@ fn status_body(code: u16, reason: &str, message: &str) -> Value {
 const MODEL_PATH: &str = "/apis/serving.nereid.dev/v1alpha1/namespaces/ml/inferencemodels/resnet";
 const POLICY_PATH: &str = "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/resnet";
 const HPA_PATH: &str = "/apis/autoscaling/v2/namespaces/ml/horizontalpodautoscalers/resnet";
+/// The Deployment of a canary the model had: looked for when it has none.
+const CANARY_PATH: &str = "/apis/apps/v1/namespaces/ml/deployments/resnet-canary";
 
 impl ApiServer {
     async fn next(&mut self, what: &str) -> (Request<Body>, SendResponse<Response<Body>>) {
@@ -107,12 +109,13 @@ impl ApiServer {
     }
 
     /// Expects the four owned objects, in order, then the look for a
-    /// NetworkPolicy and HPA the spec does not ask for (answered: there are none); the
-    /// Deployment is answered with `deployment`.
+    /// NetworkPolicy, HPA and canary the spec does not ask for (answered:
+    /// there are none); the Deployment is answered with `deployment`.
     async fn expect_objects(&mut self, deployment: &Deployment) -> [Value; 4] {
         let objects = self.expect_applies(deployment).await;
         self.expect_lookup(POLICY_PATH, None).await;
         self.expect_lookup(HPA_PATH, None).await;
+        self.expect_lookup(CANARY_PATH, None).await;
         objects
     }
 
@@ -309,6 +312,66 @@ async fn create_applies_every_object_then_writes_the_status() {
     );
 }
 
+/// The spec dropped its canary (a rollback or a promotion): the canary's
+/// Service, NetworkPolicy (none here) and ConfigMap go, then its Deployment,
+/// each only if the model owns it.
+#[tokio::test]
+async fn a_canary_the_spec_dropped_is_deleted_deployment_last() {
+    let m = model();
+    let mut applied = deployment(&m, 0, 0, 0);
+    applied.status = None;
+    let (result, _) = run(m, move |mut api| async move {
+        api.expect_applies(&applied).await;
+        api.expect_lookup(POLICY_PATH, None).await;
+        api.expect_lookup(HPA_PATH, None).await;
+        let owned = |name: &str, uid: &str| {
+            json!({
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {
+                    "name": name, "namespace": "ml", "uid": uid,
+                    "ownerReferences": [{
+                        "apiVersion": "serving.nereid.dev/v1alpha1", "kind": "InferenceModel",
+                        "name": "resnet", "uid": "11111111-2222-3333-4444-555555555555", "controller": true,
+                    }],
+                },
+            })
+        };
+        api.expect_lookup(CANARY_PATH, Some(owned("resnet-canary", "d-uid")))
+            .await;
+        let deleted = [
+            ("/api/v1/namespaces/ml/services/resnet-canary", Some("s-uid")),
+            (
+                "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies/resnet-canary",
+                None,
+            ),
+            ("/api/v1/namespaces/ml/configmaps/resnet-canary-config", Some("c-uid")),
+            (CANARY_PATH, Some("d-uid")),
+        ];
+        for (path, uid) in deleted {
+            let name = path.rsplit('/').next().unwrap();
+            api.expect_lookup(path, uid.map(|uid| owned(name, uid))).await;
+            let Some(uid) = uid else { continue };
+            let (request, send) = api.next("a canary object's removal").await;
+            assert_eq!(request.method(), Method::DELETE);
+            assert_eq!(request.uri().path(), path);
+            let body = ApiServer::body(request).await;
+            assert_eq!(body["preconditions"]["uid"], uid, "{body}");
+            respond(
+                send,
+                StatusCode::OK,
+                &json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            );
+        }
+        api.expect_list_pods(&[]).await;
+        let status = api.expect_status().await;
+        assert!(status.revisions.is_empty());
+        assert!(!status.conditions.iter().any(|c| c.type_ == "CanaryReady"));
+        api
+    })
+    .await;
+    result.unwrap();
+}
+
 #[tokio::test]
 async fn only_a_network_policy_the_model_owns_is_removed() {
     for (owner, removed) in [
@@ -347,6 +410,7 @@ async fn only_a_network_policy_the_model_owns_is_removed() {
                 );
             }
             api.expect_lookup(HPA_PATH, None).await;
+            api.expect_lookup(CANARY_PATH, None).await;
             api.expect_list_pods(&[]).await;
             api.expect_status().await;
             api
@@ -565,6 +629,7 @@ async fn a_foreign_hpa_over_the_pods_is_reported_and_none_is_made() {
         api.expect_lookup(POLICY_PATH, None).await;
         // Ours is not applied; one from before would be removed.
         api.expect_lookup(HPA_PATH, None).await;
+        api.expect_lookup(CANARY_PATH, None).await;
         api.expect_list_pods(&[]).await;
         let status = api.expect_status().await;
         let autoscaling = status.autoscaling.expect("status.autoscaling");

@@ -15,7 +15,9 @@ pub struct ModelNetworkPolicy {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub from: Vec<NetworkPolicyPeer>,
     /// Who may scrape the metrics port (Prometheus, the autoscaler's
-    /// collector). Empty: the same peers as `from`.
+    /// collector) and read a download's progress (port 8009, which the
+    /// operator reads while a pod fetches its model). Empty: the same peers
+    /// as `from`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics_from: Vec<NetworkPolicyPeer>,
 }

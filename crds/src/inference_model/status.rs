@@ -51,6 +51,10 @@ pub struct InferenceModelStatus {
     /// Where autoscaling stands, when `spec.autoscaling` is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,
+    /// With `spec.canary`: the spec's revision (`stable`) and the canary,
+    /// each with its readiness, share and requests answered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revisions: Vec<super::RevisionStatus>,
 }
 
 /// What the model's HorizontalPodAutoscaler and the operator's metrics show.

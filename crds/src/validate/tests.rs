@@ -152,6 +152,43 @@ fn config_and_ports_are_bounded() {
 }
 
 #[test]
+fn a_canary_percent_outside_0_to_100_and_a_bad_canary_source_are_named() {
+    let mut spec = model();
+    spec.canary = Some(Canary {
+        traffic_percent: 20,
+        ..Default::default()
+    });
+    assert_eq!(validate(&spec), Ok(()));
+    spec.canary = Some(Canary {
+        traffic_percent: 101,
+        replicas: Some(-1),
+        source: Some(ModelSource {
+            uri: "ftp://bucket/m".into(),
+            version: Some(VersionPolicy {
+                latest: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let found = errors(&spec);
+    assert_eq!(found.len(), 4, "{found:?}");
+    assert_eq!(
+        found[0],
+        "spec.canary.trafficPercent must be between 0 and 100 (got 101)"
+    );
+    assert_eq!(found[1], "spec.canary.replicas must be between 0 and 1000 (got -1)");
+    assert!(
+        found[2].starts_with("spec.canary.source.uri must start with"),
+        "{found:?}"
+    );
+    assert_eq!(found[3], "spec.canary.source.version.latest must be >= 1");
+    spec.canary.as_mut().unwrap().traffic_percent = -5;
+    assert!(errors(&spec).iter().any(|e| e.contains("(got -5)")));
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     let mut spec = model();
     spec.replicas = Some(-3);

@@ -48,6 +48,9 @@ pub struct Figures {
     pub inference_rate: f64,
     /// Mean GPU utilisation of the pods that report one, percent.
     pub gpu_percent: Option<f64>,
+    /// Requests the scraped pods answered since they started (their
+    /// counters summed): what `status.revisions` reports.
+    pub requests: f64,
 }
 
 impl Figures {
@@ -110,6 +113,7 @@ impl Histories {
                 entry.inference_rate += (sample.inferences - oldest.inferences) / elapsed;
             }
             entry.pending += sample.pending;
+            entry.requests += sample.requests;
             if let Some(percent) = sample.gpu_percent {
                 let (sum, count) = gpus.entry(&scrape.model).or_default();
                 *sum += percent;

@@ -25,7 +25,12 @@ pub const CONFIG_KEY: &str = "config.json";
 
 /// `<model>-config` (an ensemble's is named the same way).
 pub fn name<S: Served>(model: &S) -> String {
-    format!("{}-config", model.name_any())
+    name_of(&model.name_any())
+}
+
+/// The ConfigMap of the resource named `resource`.
+pub fn name_of(resource: &str) -> String {
+    format!("{resource}-config")
 }
 
 /// The ConfigMap of `model`.

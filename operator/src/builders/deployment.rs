@@ -149,6 +149,9 @@ pub struct Repository {
     /// Config patches the server merges over a model's `config.pbtxt` at
     /// load: (model, ConfigMap key).
     pub patches: Vec<(String, String)>,
+    /// The model the pods serve, when it is not named like the resource
+    /// that runs them: a canary's pods serve their InferenceModel's model.
+    pub served: Option<String>,
 }
 
 /// One model folder fetched from storage.
@@ -169,17 +172,23 @@ impl Repository {
     /// An InferenceModel's: its one model, fetched from `spec.source`,
     /// with `spec.config` as its patch.
     pub fn of_model(model: &InferenceModel) -> Self {
-        let name = model.name_any();
+        Self::of_source(model.name_any(), &model.spec.source)
+    }
+
+    /// One model named `name`, fetched from `source`, with the ConfigMap's
+    /// config as its patch.
+    pub fn of_source(name: String, source: &ModelSource) -> Self {
         Repository {
             fetched: vec![Fetched {
                 model: name.clone(),
-                source: model.spec.source.clone(),
+                source: source.clone(),
                 container: FETCH_CONTAINER.into(),
                 volume: SOURCE_VOLUME.into(),
                 config_key: config_map::CONFIG_KEY.into(),
             }],
             written: false,
             patches: vec![(name, config_map::CONFIG_KEY.into())],
+            served: None,
         }
     }
 }
@@ -285,7 +294,7 @@ fn pod_template<S: Served>(
 }
 
 fn server_container<S: Served>(model: &S, repository: &Repository, image: &str, ports: Ports) -> Container {
-    let name = model.name_any();
+    let name = repository.served.clone().unwrap_or_else(|| model.name_any());
     let server = model.server().cloned().unwrap_or_default();
     let mut args = vec!["--model-repository".to_string(), MODELS_PATH.to_string()];
     let mut env = server.env.clone();

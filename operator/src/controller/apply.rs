@@ -13,6 +13,7 @@ use std::fmt::Debug;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
@@ -23,7 +24,7 @@ use serde::de::DeserializeOwned;
 
 use super::events;
 use super::plan::Report;
-use crate::builders::{AutoscalerObject, Desired, Served, scaled_object};
+use crate::builders::{AutoscalerObject, CanaryState, Desired, Served, canary, config_map, scaled_object};
 use crate::context::Context;
 use crate::error::Error;
 
@@ -32,6 +33,8 @@ use crate::error::Error;
 pub struct Applied {
     pub deployment: Deployment,
     pub hpa: Option<HorizontalPodAutoscaler>,
+    /// The canary's Deployment, with `spec.canary`.
+    pub canary: Option<Deployment>,
 }
 
 /// Applies every desired object of `model`, the ConfigMap first (the pods
@@ -80,7 +83,69 @@ pub async fn apply_all<S: Served>(
             hpas.get_opt(&scaled_object::keda_hpa_name(model)).await?
         }
     };
-    Ok(Applied { deployment, hpa })
+    let canary = apply_canary(client, namespace, model, desired.canary, field_manager).await?;
+    Ok(Applied {
+        deployment,
+        hpa,
+        canary,
+    })
+}
+
+/// Applies a canary's objects and returns its Deployment; without one,
+/// deletes those of a canary the model had. The Deployment is deleted last
+/// and read first, so one read tells whether anything is left to delete.
+async fn apply_canary<S: Served>(
+    client: &Client,
+    namespace: &str,
+    model: &S,
+    canary: CanaryState,
+    field_manager: &str,
+) -> Result<Option<Deployment>, Error> {
+    match canary {
+        CanaryState::Unsupported => Ok(None),
+        CanaryState::Present(objects) => {
+            apply(client, namespace, &objects.config_map, field_manager).await?;
+            let deployment = apply(client, namespace, &objects.deployment, field_manager).await?;
+            apply(client, namespace, &objects.service, field_manager).await?;
+            match &objects.network_policy {
+                Some(policy) => {
+                    apply(client, namespace, policy, field_manager).await?;
+                }
+                None => {
+                    remove_owned_named(
+                        &namespaced::<NetworkPolicy>(client, namespace),
+                        model,
+                        &canary::name(model),
+                    )
+                    .await?
+                }
+            }
+            Ok(Some(deployment))
+        }
+        CanaryState::Absent => {
+            let name = canary::name(model);
+            let deployments = namespaced::<Deployment>(client, namespace);
+            if deployments.get_metadata_opt(&name).await?.is_some() {
+                remove_owned_named(&namespaced::<Service>(client, namespace), model, &name).await?;
+                remove_owned_named(&namespaced::<NetworkPolicy>(client, namespace), model, &name).await?;
+                remove_owned_named(
+                    &namespaced::<ConfigMap>(client, namespace),
+                    model,
+                    &config_map::name_of(&name),
+                )
+                .await?;
+                remove_owned_named(&deployments, model, &name).await?;
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn namespaced<K>(client: &Client, namespace: &str) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+{
+    Api::namespaced(client.clone(), namespace)
 }
 
 /// Writes a plan's `report` about `object`: its status, when it changed,
@@ -109,7 +174,15 @@ async fn remove_owned<K, S: Served>(api: &Api<K>, model: &S) -> Result<(), Error
 where
     K: Resource + Clone + Debug + DeserializeOwned,
 {
-    let found = match api.get_metadata_opt(&model.name_any()).await {
+    remove_owned_named(api, model, &model.name_any()).await
+}
+
+/// [`remove_owned`] of the object `name`.
+async fn remove_owned_named<K, S: Served>(api: &Api<K>, model: &S, name: &str) -> Result<(), Error>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    let found = match api.get_metadata_opt(name).await {
         Ok(Some(found)) => found,
         Ok(None) => return Ok(()),
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
@@ -125,7 +198,7 @@ where
         }),
         ..DeleteParams::default()
     };
-    match api.delete(&model.name_any(), &params).await {
+    match api.delete(name, &params).await {
         Ok(_) => Ok(()),
         // Gone, or replaced by another object, since it was read.
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(()),

@@ -19,7 +19,7 @@ use nereid_crds::InferenceModel;
 use super::apply::{self, Applied};
 use super::{fetch_progress, loaded_versions};
 use crate::autoscaling::figures::Figures;
-use crate::builders::{Served, deployment, labels, service};
+use crate::builders::{Served, canary, deployment, labels, service};
 use crate::context::{Autoscaler, Context};
 use crate::error::Error;
 use crate::status::{self, Missing, fetch::FetchProgress, gpus::GpuCapacity};
@@ -55,6 +55,16 @@ pub struct AfterApply {
     /// (or none answered).
     pub fetch: Option<FetchProgress>,
     /// The model's figures from the scraper's latest round.
+    pub figures: Option<Figures>,
+    /// With `spec.canary`: its Deployment, pods and figures.
+    pub canary: Option<CanaryAfterApply>,
+}
+
+/// What the cluster shows of a model's canary.
+#[derive(Clone, Debug)]
+pub struct CanaryAfterApply {
+    pub deployment: Deployment,
+    pub pods: Vec<Pod>,
     pub figures: Option<Figures>,
 }
 
@@ -94,7 +104,23 @@ pub async fn after_apply(
     };
     let loaded_versions = loaded_versions::query(&pods, &name, service::ports(model).http).await;
     let fetch = fetch_progress::query(&pods).await;
+    let canary = match (&model.spec.canary, applied.canary) {
+        (Some(spec), Some(deployment)) => {
+            let revision = canary::revision(model, spec);
+            let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
+                .list(&ListParams::default().labels(&labels::selector_string(&revision)))
+                .await?
+                .items;
+            Some(CanaryAfterApply {
+                deployment,
+                pods,
+                figures: ctx.board.get(namespace, &revision.name_any()),
+            })
+        }
+        _ => None,
+    };
     Ok(AfterApply {
+        canary,
         deployment: applied.deployment,
         hpa: applied.hpa,
         pods,

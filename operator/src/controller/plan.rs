@@ -20,6 +20,7 @@ use super::observe::{AfterApply, BeforeApply};
 use crate::builders::{self, Desired};
 use crate::context::OperatorConfig;
 use crate::error::Error;
+use crate::status::revisions::{self, RevisionObserved};
 use crate::status::{self, Missing, autoscaling::autoscaling_status};
 
 /// Requeue of a settled model: a safety net, since watches bring changes sooner.
@@ -89,13 +90,26 @@ pub fn report(
         missing: before.missing.as_ref(),
         gpus: after.gpus.as_ref(),
     };
-    let mut status = status::derive_status(model, &observed, config, now);
+    let mut status = status::derive_status(model, &observed, config, now.clone());
     if let Some(versions) = &after.loaded_versions {
         status.loaded_versions = versions.clone();
     }
     if let Some(fetch) = &after.fetch {
         fetch.apply(&mut status.conditions);
     }
+    let stable = RevisionObserved {
+        deployment: Some(&after.deployment),
+        pods: &after.pods,
+        figures: after.figures.as_ref(),
+    };
+    let canary = after.canary.as_ref().map(|c| RevisionObserved {
+        deployment: Some(&c.deployment),
+        pods: &c.pods,
+        figures: c.figures.as_ref(),
+    });
+    let (revisions, canary_ready) = revisions::revisions(model, &stable, &canary.unwrap_or_default(), &now);
+    status.revisions = revisions;
+    status.conditions.extend(canary_ready);
     status.autoscaling = autoscaling_status(
         model,
         after.hpa.as_ref(),

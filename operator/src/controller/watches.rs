@@ -8,11 +8,13 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use nereid_crds::InferenceModel;
 
-use crate::builders::labels;
+use crate::builders::{canary, labels};
 
-/// The model a serving pod belongs to, by its `serving.nereid.dev/model` label.
+/// The model a serving pod belongs to, by its `serving.nereid.dev/model`
+/// label, or the model a canary's pod is the canary of.
 pub fn model_of_pod(pod: &Pod) -> Option<ObjectRef<InferenceModel>> {
-    let model = pod.labels().get(labels::MODEL)?;
+    let labels = pod.labels();
+    let model = labels.get(canary::CANARY_OF).or_else(|| labels.get(labels::MODEL))?;
     let namespace = pod.namespace()?;
     Some(ObjectRef::new(model).within(&namespace))
 }
@@ -28,5 +30,7 @@ mod tests {
         assert_eq!(model_of_pod(&pod), None);
         pod.metadata.labels = Some([(labels::MODEL.to_string(), "one".to_string())].into());
         assert_eq!(model_of_pod(&pod), Some(ObjectRef::new("one").within("a")));
+        pod.labels_mut().insert(canary::CANARY_OF.into(), "two".into());
+        assert_eq!(model_of_pod(&pod), Some(ObjectRef::new("two").within("a")));
     }
 }

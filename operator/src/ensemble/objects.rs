@@ -9,7 +9,9 @@
 use nereid_crds::ModelEnsemble;
 
 use super::repository::{self, Member};
-use crate::builders::{AutoscalerObject, Desired, config_map, deployment, hpa, pdb, scaled_object, service};
+use crate::builders::{
+    AutoscalerObject, CanaryState, Desired, config_map, deployment, hpa, pdb, scaled_object, service,
+};
 use crate::context::{Autoscaler, OperatorConfig};
 
 /// The objects of `ensemble` with its `members` (in step order, each once).
@@ -21,6 +23,7 @@ pub fn desired(ensemble: &ModelEnsemble, members: &[Member<'_>], config: &Operat
         service: service::service(ensemble),
         pdb: pdb::pdb(ensemble),
         network_policy: None,
+        canary: CanaryState::Unsupported,
         autoscaler: match &config.autoscaler {
             Autoscaler::Hpa => AutoscalerObject::Hpa(hpa::hpa(ensemble).map(Box::new)),
             Autoscaler::Keda {

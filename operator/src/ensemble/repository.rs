@@ -311,6 +311,7 @@ mod tests {
                 fetched: vec![],
                 written: true,
                 patches: vec![],
+                served: None,
             }
         );
         assert_eq!(map.metadata.name.as_deref(), Some("pipe-config"));
