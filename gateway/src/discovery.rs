@@ -6,7 +6,10 @@
 //! A model exists while its InferenceModel (or ModelEnsemble) does; its
 //! endpoints are the slice endpoints of the Service named like it that are
 //! ready and not terminating, so a pod that is starting or going away gets
-//! no new requests. Every change recomputes the registry from the stores:
+//! no new requests. An InferenceModel with `spec.canary` also has the
+//! endpoints of its `<name>-canary` Service, which get
+//! `spec.canary.trafficPercent` of its requests; once the spec drops the
+//! canary, they get none, before its pods are deleted. Every change recomputes the registry from the stores:
 //! a few hundred objects at most, and the registry keeps the load of every
 //! endpoint that stays.
 
@@ -21,7 +24,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use nereid_crds::{InferenceModel, ModelEnsemble};
+use nereid_crds::{CANARY_SUFFIX, InferenceModel, ModelEnsemble};
 
 use crate::registry::{Address, ModelKey, Registry};
 use crate::router::Router;
@@ -87,8 +90,8 @@ pub async fn run(client: Client, namespaces: &[String], router: Arc<Router>) -> 
         if listed.len() < watches {
             continue;
         }
-        let (models, endpoints) = snapshot(&stores);
-        router.update(|registry| apply(registry, &models, endpoints));
+        let (models, endpoints, canaries) = snapshot(&stores);
+        router.update(|registry| apply(registry, &models, endpoints, &canaries));
         if !router.synced() {
             tracing::info!(models = models.len(), "discovery listed the cluster's models; ready");
             router.set_synced();
@@ -138,15 +141,26 @@ where
 /// Per model, its ready addresses and how many pods it has.
 type Endpoints = BTreeMap<ModelKey, (Vec<Address>, usize)>;
 
-/// Every model, and the endpoints of those that have any.
-fn snapshot(stores: &Stores) -> (BTreeSet<ModelKey>, Endpoints) {
+/// The models with a canary, and the percent of requests it gets.
+type Canaries = BTreeMap<ModelKey, u32>;
+
+/// Every model, the endpoints of those that have any, and the canaries.
+fn snapshot(stores: &Stores) -> (BTreeSet<ModelKey>, Endpoints, Canaries) {
     let key = |namespace: Option<String>, name: String| ModelKey {
         namespace: namespace.unwrap_or_default(),
         name,
     };
     let mut models = BTreeSet::new();
+    let mut canaries = Canaries::new();
     for store in &stores.models {
-        models.extend(store.state().iter().map(|m| key(m.namespace(), m.name_any())));
+        for model in store.state() {
+            let model_key = key(model.namespace(), model.name_any());
+            if let Some(canary) = &model.spec.canary {
+                let percent = u32::try_from(canary.traffic_percent.clamp(0, 100)).unwrap_or(0);
+                canaries.insert(model_key.clone(), percent);
+            }
+            models.insert(model_key);
+        }
     }
     for store in &stores.ensembles {
         models.extend(store.state().iter().map(|m| key(m.namespace(), m.name_any())));
@@ -164,7 +178,7 @@ fn snapshot(stores: &Stores) -> (BTreeSet<ModelKey>, Endpoints) {
             *pods += total;
         }
     }
-    (models, endpoints)
+    (models, endpoints, canaries)
 }
 
 /// The ready, not terminating addresses of one slice, and how many
@@ -199,12 +213,9 @@ fn slice_endpoints(slice: &EndpointSlice) -> (Vec<Address>, usize) {
     (ready, listed.len())
 }
 
-/// Makes the registry hold exactly `models`, with their endpoints.
-fn apply(
-    registry: &mut Registry,
-    models: &BTreeSet<ModelKey>,
-    mut endpoints: BTreeMap<ModelKey, (Vec<Address>, usize)>,
-) {
+/// Makes the registry hold exactly `models`, with their endpoints and
+/// canaries.
+fn apply(registry: &mut Registry, models: &BTreeSet<ModelKey>, mut endpoints: Endpoints, canaries: &Canaries) {
     let gone: Vec<ModelKey> = registry
         .models()
         .map(|(key, _)| key.clone())
@@ -216,6 +227,18 @@ fn apply(
     for model in models {
         let (ready, pods) = endpoints.remove(model).unwrap_or_default();
         registry.set_endpoints(model.clone(), &ready, pods);
+        let canary = canaries.get(model).map(|&percent| {
+            let service = ModelKey {
+                namespace: model.namespace.clone(),
+                name: format!("{}{CANARY_SUFFIX}", model.name),
+            };
+            let (ready, pods) = endpoints.get(&service).cloned().unwrap_or_default();
+            (percent, ready, pods)
+        });
+        registry.set_canary(
+            model,
+            canary.as_ref().map(|(p, ready, pods)| (*p, ready.as_slice(), *pods)),
+        );
     }
 }
 
@@ -294,6 +317,7 @@ mod tests {
             &mut registry,
             &models,
             BTreeMap::from([(key("resnet"), (address, 1)), (key("orphan"), (Vec::new(), 1))]),
+            &Canaries::new(),
         );
         assert!(registry.resolve("resnet").is_ok());
         assert_eq!(
@@ -304,10 +328,50 @@ mod tests {
             registry.resolve("orphan").is_err(),
             "a Service without its model is not served"
         );
-        apply(&mut registry, &BTreeSet::from([key("bert")]), BTreeMap::new());
+        apply(
+            &mut registry,
+            &BTreeSet::from([key("bert")]),
+            BTreeMap::new(),
+            &Canaries::new(),
+        );
         assert!(matches!(
             registry.resolve("resnet"),
             Err(crate::registry::RouteError::Unknown(_))
         ));
+    }
+
+    #[test]
+    fn a_canary_takes_the_endpoints_of_its_canary_service() {
+        let key = |name: &str| ModelKey {
+            namespace: "ml".into(),
+            name: name.into(),
+        };
+        let stable = slice_endpoints(&slice(vec![endpoint("10.0.0.1", None, None)])).0;
+        let canary = slice_endpoints(&slice(vec![endpoint("10.0.0.9", None, None)])).0;
+        let endpoints = || {
+            BTreeMap::from([
+                (key("resnet"), (stable.clone(), 1)),
+                (key("resnet-canary"), (canary.clone(), 2)),
+            ])
+        };
+        let models = BTreeSet::from([key("resnet")]);
+        let mut registry = Registry::new(None);
+        apply(
+            &mut registry,
+            &models,
+            endpoints(),
+            &Canaries::from([(key("resnet"), 25)]),
+        );
+        let (_, entry) = registry.resolve("resnet").unwrap();
+        let served = entry.canary.as_ref().expect("a canary");
+        assert_eq!((served.percent, served.pods), (25, 2));
+        assert_eq!(served.endpoints[0].address, canary[0]);
+        assert!(
+            registry.resolve("resnet-canary").is_err(),
+            "the canary's Service is not a model of its own"
+        );
+        // The spec drops the canary: its endpoints take no more requests.
+        apply(&mut registry, &models, endpoints(), &Canaries::new());
+        assert!(registry.resolve("resnet").unwrap().1.canary.is_none());
     }
 }

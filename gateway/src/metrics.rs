@@ -217,7 +217,7 @@ impl Metrics {
         router.read(|registry| {
             for (model, entry) in registry.models() {
                 let model = model.to_string();
-                for endpoint in &entry.endpoints {
+                for endpoint in entry.all_endpoints() {
                     let address = endpoint.address.to_string();
                     let labels = [model.as_str(), address.as_str()];
                     let outstanding = endpoint.load.outstanding();

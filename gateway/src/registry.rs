@@ -10,10 +10,14 @@
 //!
 //! Endpoint updates keep the load record of every address that stays, so
 //! requests in flight and ejections survive an EndpointSlice change.
+//!
+//! A model with a canary has a second group of endpoints and the percent of
+//! its requests that go there ([`CanaryEntry`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use thiserror::Error;
 
@@ -69,6 +73,56 @@ pub struct ModelEntry {
     pub loads: Vec<Arc<EndpointLoad>>,
     /// Pods the model has, ready or not (for the error when none is ready).
     pub pods: usize,
+    /// The model's canary, when its InferenceModel has one.
+    pub canary: Option<CanaryEntry>,
+}
+
+impl ModelEntry {
+    /// Whether any endpoint, the spec's or the canary's, is ready.
+    pub fn is_ready(&self) -> bool {
+        !self.endpoints.is_empty() || self.canary.as_ref().is_some_and(|c| !c.endpoints.is_empty())
+    }
+
+    /// Pods of both revisions, ready or not.
+    pub fn all_pods(&self) -> usize {
+        self.pods + self.canary.as_ref().map_or(0, |c| c.pods)
+    }
+
+    /// Every ready endpoint, the canary's after the spec's.
+    pub fn all_endpoints(&self) -> impl Iterator<Item = &Endpoint> {
+        self.endpoints
+            .iter()
+            .chain(self.canary.iter().flat_map(|c| c.endpoints.iter()))
+    }
+}
+
+/// A model's canary: its own ready pods and its share of the requests.
+#[derive(Clone, Debug, Default)]
+pub struct CanaryEntry {
+    /// Percent of the model's requests the canary gets, 0 to 100.
+    pub percent: u32,
+    pub endpoints: Vec<Endpoint>,
+    pub loads: Vec<Arc<EndpointLoad>>,
+    pub pods: usize,
+    /// Which requests go to it; kept across endpoint updates.
+    pub split: Arc<Split>,
+}
+
+/// Spreads a percent of the requests evenly: of every 100 consecutive
+/// ones, exactly `percent` (request n goes to the canary when
+/// ⌊(n+1)·p/100⌋ > ⌊n·p/100⌋), never a random run of either.
+#[derive(Debug, Default)]
+pub struct Split {
+    sent: AtomicU64,
+}
+
+impl Split {
+    /// Whether the next request goes to the canary.
+    pub fn to_canary(&self, percent: u32) -> bool {
+        let n = self.sent.fetch_add(1, Ordering::Relaxed) % 100;
+        let p = u64::from(percent.min(100));
+        (n + 1) * p / 100 > n * p / 100
+    }
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -140,22 +194,7 @@ impl Registry {
     /// every address it already had.
     pub fn set_endpoints(&mut self, model: ModelKey, ready: &[Address], pods: usize) {
         let previous = self.take(&model).unwrap_or_default();
-        let mut addresses = ready.to_vec();
-        addresses.sort();
-        addresses.dedup();
-        let endpoints = addresses
-            .into_iter()
-            .map(
-                |address| match previous.endpoints.iter().find(|e| e.address == address) {
-                    Some(kept) => kept.clone(),
-                    None => Endpoint {
-                        address,
-                        load: EndpointLoad::new(),
-                        label: address.to_string().into(),
-                    },
-                },
-            )
-            .collect::<Vec<_>>();
+        let endpoints = keeping_loads(&previous.endpoints, ready);
         let loads = endpoints.iter().map(|e| Arc::clone(&e.load)).collect();
         let label = if previous.label.is_empty() {
             model.to_string().into()
@@ -170,9 +209,35 @@ impl Registry {
                 endpoints,
                 loads,
                 pods,
+                canary: previous.canary,
             },
         ));
         namespaces.sort_by(|(a, _), (b, _)| a.namespace.cmp(&b.namespace));
+    }
+
+    /// Sets a model's canary (`None`: it has none), keeping the load of
+    /// every address it already had; a model not in the registry is left
+    /// alone.
+    pub fn set_canary(&mut self, model: &ModelKey, canary: Option<(u32, &[Address], usize)>) {
+        let Some(entry) = self
+            .models
+            .get_mut(&model.name)
+            .and_then(|holders| holders.iter_mut().find(|(key, _)| key == model))
+            .map(|(_, entry)| entry)
+        else {
+            return;
+        };
+        entry.canary = canary.map(|(percent, ready, pods)| {
+            let previous = entry.canary.take().unwrap_or_default();
+            let endpoints = keeping_loads(&previous.endpoints, ready);
+            CanaryEntry {
+                percent,
+                loads: endpoints.iter().map(|e| Arc::clone(&e.load)).collect(),
+                endpoints,
+                pods,
+                split: previous.split,
+            }
+        });
     }
 
     /// Forgets a model that was deleted.
@@ -201,7 +266,7 @@ impl Registry {
         for holders in self.models.values() {
             for (key, entry) in holders {
                 let plain = holders.len() == 1 || Some(&key.namespace) == self.default_namespace.as_ref();
-                let ready = !entry.endpoints.is_empty();
+                let ready = entry.is_ready();
                 entries.push(IndexEntry {
                     namespace: key.namespace.clone(),
                     name: if plain { key.name.clone() } else { key.to_string() },
@@ -209,7 +274,7 @@ impl Registry {
                     reason: if ready {
                         String::new()
                     } else {
-                        format!("0/{} ready", entry.pods)
+                        format!("0/{} ready", entry.all_pods())
                     },
                 });
             }
@@ -221,16 +286,16 @@ impl Registry {
     /// for the server-level calls any pod can answer (server metadata).
     pub fn any_ready(&self, allowed: impl Fn(&str) -> bool) -> Option<(&ModelKey, &ModelEntry)> {
         self.models()
-            .find(|(key, entry)| !entry.endpoints.is_empty() && allowed(&key.namespace))
+            .find(|(key, entry)| entry.is_ready() && allowed(&key.namespace))
     }
 
     /// The model `requested` names, with at least one ready endpoint.
     pub fn resolve(&self, requested: &str) -> Result<(&ModelKey, &ModelEntry), RouteError> {
         let (key, entry) = self.find(requested)?;
-        if entry.endpoints.is_empty() {
+        if !entry.is_ready() {
             return Err(RouteError::NoReadyEndpoints {
                 model: key.to_string(),
-                pods: entry.pods,
+                pods: entry.all_pods(),
             });
         }
         Ok((key, entry))
@@ -285,6 +350,25 @@ impl Registry {
             (None, many) => Plain::Many(many),
         }
     }
+}
+
+/// The endpoints at `ready` (sorted, once each), each with the load record
+/// it had in `previous`, if it was there.
+fn keeping_loads(previous: &[Endpoint], ready: &[Address]) -> Vec<Endpoint> {
+    let mut addresses = ready.to_vec();
+    addresses.sort();
+    addresses.dedup();
+    addresses
+        .into_iter()
+        .map(|address| match previous.iter().find(|e| e.address == address) {
+            Some(kept) => kept.clone(),
+            None => Endpoint {
+                address,
+                load: EndpointLoad::new(),
+                label: address.to_string().into(),
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]

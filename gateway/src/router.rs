@@ -1,6 +1,6 @@
 //! The gateway's routing state: the registry discovery keeps up to date,
-//! the picker, and the ejection policy, turned into one call per request
-//! attempt.
+//! the picker, the ejection policy and a canary's split, turned into one
+//! call per request attempt.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +57,7 @@ impl Router {
         let (_, entry) = registry.resolve(requested)?;
         self.pick(entry, tried).ok_or_else(|| RouteError::NoReadyEndpoints {
             model: entry.label.to_string(),
-            pods: entry.pods,
+            pods: entry.all_pods(),
         })
     }
 
@@ -69,22 +69,45 @@ impl Router {
         self.pick(entry, &[])
     }
 
+    /// An endpoint of the revision the split chooses, or of the other one
+    /// when that has none left.
     fn pick(&self, entry: &ModelEntry, tried: &[Address]) -> Option<Route> {
-        let now = Instant::now();
-        let index = if tried.is_empty() {
-            self.picker.pick(&entry.loads, now)?
-        } else {
-            // A retry: the rare path, where a filtered copy is fine.
-            let left: Vec<usize> = (0..entry.endpoints.len())
-                .filter(|&i| !tried.contains(&entry.endpoints[i].address))
-                .collect();
-            let loads: Vec<Arc<EndpointLoad>> = left.iter().map(|&i| Arc::clone(&entry.loads[i])).collect();
-            left[self.picker.pick(&loads, now)?]
-        };
+        let stable = (entry.endpoints.as_slice(), entry.loads.as_slice());
+        let endpoint = match &entry.canary {
+            None => self.pick_in(stable, tried),
+            Some(canary) => {
+                let other = (canary.endpoints.as_slice(), canary.loads.as_slice());
+                let (first, second) = match canary.split.to_canary(canary.percent) {
+                    true => (other, stable),
+                    false => (stable, other),
+                };
+                self.pick_in(first, tried).or_else(|| self.pick_in(second, tried))
+            }
+        }?;
         Some(Route {
             model: Arc::clone(&entry.label),
-            endpoint: entry.endpoints[index].clone(),
+            endpoint: endpoint.clone(),
         })
+    }
+
+    /// An endpoint of one revision, leaving out those tried.
+    fn pick_in<'a>(
+        &self,
+        (endpoints, loads): (&'a [Endpoint], &[Arc<EndpointLoad>]),
+        tried: &[Address],
+    ) -> Option<&'a Endpoint> {
+        let now = Instant::now();
+        let index = if tried.is_empty() {
+            self.picker.pick(loads, now)?
+        } else {
+            // A retry: the rare path, where a filtered copy is fine.
+            let left: Vec<usize> = (0..endpoints.len())
+                .filter(|&i| !tried.contains(&endpoints[i].address))
+                .collect();
+            let loads: Vec<Arc<EndpointLoad>> = left.iter().map(|&i| Arc::clone(&loads[i])).collect();
+            left[self.picker.pick(&loads, now)?]
+        };
+        Some(&endpoints[index])
     }
 
     pub fn ejection(&self) -> &Ejection {
@@ -107,5 +130,105 @@ impl Router {
 
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::picker::RoundRobin;
+    use crate::registry::ModelKey;
+
+    fn address(last: u8) -> Address {
+        Address {
+            http: SocketAddr::from(([10, 0, 0, last], 8000)),
+            grpc: SocketAddr::from(([10, 0, 0, last], 8001)),
+        }
+    }
+
+    fn key() -> ModelKey {
+        ModelKey {
+            namespace: "ml".into(),
+            name: "resnet".into(),
+        }
+    }
+
+    /// A router over `resnet` with the `stable` endpoints and, when given,
+    /// a canary of `percent` with its endpoints.
+    fn router(stable: &[Address], canary: Option<(u32, &[Address])>) -> Arc<Router> {
+        let mut registry = Registry::new(None);
+        registry.set_endpoints(key(), stable, stable.len());
+        registry.set_canary(&key(), canary.map(|(percent, ready)| (percent, ready, ready.len())));
+        Router::new(registry, Box::<RoundRobin>::default(), Ejection::default())
+    }
+
+    /// Which addresses `n` routes of `resnet` went to.
+    fn routes(router: &Router, n: usize) -> BTreeMap<Address, usize> {
+        let mut counts = BTreeMap::new();
+        for _ in 0..n {
+            *counts
+                .entry(router.route("resnet", &[]).unwrap().endpoint.address)
+                .or_default() += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn a_canary_gets_its_percent_of_every_hundred_requests() {
+        let router = router(&[address(1), address(2)], Some((20, &[address(9)])));
+        let counts = routes(&router, 1000);
+        assert_eq!(counts[&address(9)], 200);
+        assert_eq!(counts[&address(1)] + counts[&address(2)], 800);
+        // Evenly spread: any 10 consecutive requests hold exactly 2 of the canary's.
+        let window: usize = (0..10)
+            .filter(|_| router.route("resnet", &[]).unwrap().endpoint.address == address(9))
+            .count();
+        assert_eq!(window, 2);
+    }
+
+    #[test]
+    fn zero_and_a_hundred_percent_send_nothing_and_everything() {
+        let none = routes(&router(&[address(1)], Some((0, &[address(9)]))), 100);
+        assert_eq!(none.get(&address(9)), None);
+        let all = routes(&router(&[address(1)], Some((100, &[address(9)]))), 100);
+        assert_eq!(all.get(&address(1)), None);
+    }
+
+    #[test]
+    fn a_revision_without_ready_pods_leaves_its_share_to_the_other() {
+        let no_canary_pod = routes(&router(&[address(1)], Some((50, &[]))), 100);
+        assert_eq!(no_canary_pod[&address(1)], 100);
+        let no_stable_pod = routes(&router(&[], Some((10, &[address(9)]))), 100);
+        assert_eq!(no_stable_pod[&address(9)], 100);
+        let neither = router(&[], Some((10, &[])));
+        assert_eq!(
+            neither.route("resnet", &[]).unwrap_err().to_string(),
+            "no ready replicas of model ml/resnet: 0/0 ready"
+        );
+    }
+
+    #[test]
+    fn a_retry_may_cross_to_the_other_revision() {
+        let router = router(&[address(1)], Some((100, &[address(9)])));
+        let retried = router.route("resnet", &[address(9)]).unwrap();
+        assert_eq!(retried.endpoint.address, address(1));
+    }
+
+    #[test]
+    fn removing_the_canary_stops_its_traffic_and_its_split_survives_updates() {
+        let router = router(&[address(1)], Some((50, &[address(9)])));
+        router.route("resnet", &[]).unwrap();
+        router.update(|registry| {
+            registry.set_endpoints(key(), &[address(1), address(2)], 2);
+            registry.set_canary(&key(), Some((50, &[address(9)], 1)));
+        });
+        // The split goes on from the request before the update: of the
+        // first 100, the stable one took the 1st, the canary 50 of the next 99.
+        let counts = routes(&router, 99);
+        assert_eq!(counts[&address(9)], 50);
+        router.update(|registry| registry.set_canary(&key(), None));
+        assert_eq!(routes(&router, 10).get(&address(9)), None);
     }
 }
