@@ -32,16 +32,7 @@ pub async fn run(env: &Env) -> Result<()> {
 
     // A config change (the batch size) changes the pod template through the
     // ConfigMap's hash: new pods replace every old one.
-    env.kubectl([
-        "patch",
-        "-n",
-        NAMESPACE,
-        "nmodel/rolling",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"config":{"maxBatchSize":16}}}"#,
-    ])
-    .await?;
+    models::merge_patch(env, NAMESPACE, "rolling", r#"{"spec":{"config":{"maxBatchSize":16}}}"#).await?;
     wait::until("the rollout to replace every pod", LONG, || async {
         let pods = models::pods(env, NAMESPACE, "rolling").await?;
         let names: BTreeSet<String> = pods.iter().filter_map(|p| p.metadata.name.clone()).collect();

@@ -49,6 +49,15 @@ pub async fn apply(env: &Env, namespace: &str, yaml: &str) -> Result<()> {
     Ok(())
 }
 
+/// `kubectl patch --type=merge` of the InferenceModel `name` with `body`,
+/// as a user edits a spec (a `null` removes a field).
+pub async fn merge_patch(env: &Env, namespace: &str, name: &str, body: &str) -> Result<()> {
+    let resource = format!("nmodel/{name}");
+    env.kubectl(["patch", "-n", namespace, &resource, "--type=merge", "-p", body])
+        .await?;
+    Ok(())
+}
+
 pub async fn get(env: &Env, namespace: &str, name: &str) -> Result<InferenceModel> {
     Ok(Api::<InferenceModel>::namespaced(env.client.clone(), namespace)
         .get(name)

@@ -23,16 +23,7 @@ pub async fn spec_change(env: &Env) -> Result<()> {
 
     // A config change rolls every pod, one at a time.
     let traffic = Traffic::start(env, NAMESPACE, MODEL, MODEL).await?;
-    env.kubectl([
-        "patch",
-        "-n",
-        NAMESPACE,
-        &format!("nmodel/{MODEL}"),
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"config":{"maxBatchSize":4}}}"#,
-    ])
-    .await?;
+    models::merge_patch(env, NAMESPACE, MODEL, r#"{"spec":{"config":{"maxBatchSize":4}}}"#).await?;
     let after = wait::until("the rollout to replace both pods", LONG, || async {
         let pods = models::pods(env, NAMESPACE, MODEL).await?;
         let ready = pods.iter().filter(|p| models::running_and_ready(p)).count();
