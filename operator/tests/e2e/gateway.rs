@@ -4,7 +4,8 @@
 //! namespaces over both protocols; then one gRPC connection's requests
 //! follow a model from one replica to three (counted by each pod's own
 //! statistics API), deleting a pod under that load fails no request, and
-//! neither does rolling every pod to a new model version.
+//! neither does rolling every pod to a new model version, nor a canary's
+//! promotion and another's rollback.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -56,14 +57,18 @@ pub async fn run(env: &Env) -> Result<()> {
         .connect()
         .await
         .context("connecting to the gateway's gRPC port")?;
-    let load = Load::start(GrpcInferenceServiceClient::new(channel));
-    let result = match scale_and_delete(env, &ports, &load).await {
-        Ok(()) => new_version(env, &load).await,
-        Err(error) => Err(error),
-    };
+    let load = Load::start(GrpcInferenceServiceClient::new(channel.clone()));
+    let result = async {
+        scale_and_delete(env, &ports, &load).await?;
+        new_version(env, &load).await?;
+        canary(env, &load, &channel).await
+    }
+    .await;
     let tally = load.stop().await;
     result?;
-    tally.no_failures("scaling, a pod deletion and a new model version, through the gateway")
+    tally.no_failures(
+        "scaling, a pod deletion, a new model version and a canary's promotion and rollback, through the gateway",
+    )
 }
 
 /// Issue 45's rollout: version 2 of `adder` is uploaded and the spec asks
@@ -84,15 +89,12 @@ async fn new_version(env: &Env, load: &Load) -> Result<()> {
         std::fs::read(folder.join("1/model.onnx"))?,
     )
     .await?;
-    env.kubectl([
-        "patch",
-        "-n",
+    models::merge_patch(
+        env,
         NAMESPACE,
-        &format!("nmodel/{MODEL}"),
-        "--type=merge",
-        "-p",
+        MODEL,
         r#"{"spec":{"source":{"version":{"specific":[2]}}}}"#,
-    ])
+    )
     .await?;
     let answered = load.ok.load(Ordering::Relaxed);
     let api: Api<nereid_crds::InferenceModel> = Api::namespaced(env.client.clone(), NAMESPACE);
@@ -127,6 +129,144 @@ async fn new_version(env: &Env, load: &Load) -> Result<()> {
         load.ok.load(Ordering::Relaxed) - answered
     );
     Ok(())
+}
+
+/// Issue 45's canary, while the load runs: version 1 as a canary at 20 %
+/// gets 20 % +- 5 % of 2,000 requests through the gateway and both
+/// revisions show in the status; it is promoted (the spec asks for version
+/// 1, the canary goes); then a canary of version 2 is rolled back. The load,
+/// counted by the caller, loses no request through either.
+async fn canary(env: &Env, load: &Load, channel: &Channel) -> Result<()> {
+    let api: Api<nereid_crds::InferenceModel> = Api::namespaced(env.client.clone(), NAMESPACE);
+    let mut client = GrpcInferenceServiceClient::new(channel.clone());
+    let source = |version: i32| {
+        serde_json::json!({"uri": format!("s3://{BUCKET}/{MODEL}"), "credentialsSecret": CREDENTIALS,
+                           "version": {"specific": [version]}})
+    };
+    let patch =
+        |body: serde_json::Value| async move { models::merge_patch(env, NAMESPACE, MODEL, &body.to_string()).await };
+    patch(serde_json::json!({"spec": {"canary": {"source": source(1), "trafficPercent": 20}}})).await?;
+    canary_ready(&api).await?;
+    // The gateway follows the canary's EndpointSlice within seconds.
+    wait::until("the gateway to route to the canary", Duration::from_secs(30), || {
+        let mut client = client.clone();
+        async move {
+            for seed in 0..20 {
+                if add_sub(&mut client, seed).await? == "1" {
+                    return Ok(());
+                }
+            }
+            bail!("20 requests, none answered by version 1")
+        }
+    })
+    .await?;
+    let mut by_version: BTreeMap<String, u32> = BTreeMap::new();
+    for seed in 0..2000 {
+        *by_version
+            .entry(add_sub(&mut client, 100_000 + seed).await?)
+            .or_default() += 1;
+    }
+    let to_canary = by_version.get("1").copied().unwrap_or(0);
+    println!("e2e: a canary at 20 % answered {to_canary} of 2000 requests through the gateway: {by_version:?}");
+    ensure!(
+        (300..=500).contains(&to_canary) && by_version.len() == 2,
+        "a canary at 20 % answered {by_version:?} of 2000 requests, not 400 +- 100"
+    );
+    wait::until("both revisions' request counts in the status", LONG, || async {
+        let status = api.get(MODEL).await?.status.unwrap_or_default();
+        let counted: Vec<(String, String, Option<i64>)> = status
+            .revisions
+            .iter()
+            .map(|r| (r.name.clone(), r.ready.clone(), r.requests))
+            .collect();
+        ensure!(
+            counted.len() == 2 && status.revisions.iter().all(|r| r.requests.unwrap_or(0) > 0),
+            "revisions {counted:?}"
+        );
+        println!("e2e: status.revisions (name, ready, requests): {counted:?}");
+        Ok(())
+    })
+    .await?;
+
+    // Promotion: the canary's source becomes the spec's.
+    let answered = load.ok.load(Ordering::Relaxed);
+    patch(serde_json::json!({"spec": {"source": source(1), "canary": null}})).await?;
+    serving_only(env, &api, "1").await?;
+    ensure!(
+        load.ok.load(Ordering::Relaxed) > answered,
+        "no request was answered during the promotion"
+    );
+
+    // Rollback: a canary of version 2 goes again.
+    patch(serde_json::json!({"spec": {"canary": {"source": source(2), "trafficPercent": 50}}})).await?;
+    canary_ready(&api).await?;
+    let answered = load.ok.load(Ordering::Relaxed);
+    patch(serde_json::json!({"spec": {"canary": null}})).await?;
+    serving_only(env, &api, "1").await?;
+    for seed in 0..50 {
+        let version = add_sub(&mut client, 200_000 + seed).await?;
+        ensure!(version == "1", "version {version} answered after the rollback");
+    }
+    println!(
+        "e2e: canary promoted and another rolled back under the gateway load, {} answered meanwhile",
+        load.ok.load(Ordering::Relaxed) - answered
+    );
+    Ok(())
+}
+
+/// Waits for the `CanaryReady` condition and the canary revision ready.
+async fn canary_ready(api: &Api<nereid_crds::InferenceModel>) -> Result<()> {
+    wait::until("the canary to be ready", LONG, || async {
+        let status = api.get(MODEL).await?.status.unwrap_or_default();
+        let condition = status.conditions.iter().find(|c| c.type_ == "CanaryReady");
+        ensure!(
+            condition.is_some_and(|c| c.status == "True"),
+            "CanaryReady {condition:?}, revisions {:?}",
+            status.revisions
+        );
+        Ok(())
+    })
+    .await
+}
+
+/// Waits until the canary's Deployment is gone, no revision is listed, and
+/// the model's three pods serve only `version`.
+async fn serving_only(env: &Env, api: &Api<nereid_crds::InferenceModel>, version: &str) -> Result<()> {
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), NAMESPACE);
+    wait::until(
+        &format!("only version {version} to be served, by 3 pods"),
+        LONG,
+        || async {
+            let canary = deployments.get_opt(&format!("{MODEL}-canary")).await?;
+            let model = api.get(MODEL).await?;
+            let current = model.status.as_ref().and_then(|s| s.observed_generation) == model.metadata.generation;
+            let status = model.status.unwrap_or_default();
+            let rolled = status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Progressing" && c.reason == "RolloutComplete");
+            let ready = models::pods(env, NAMESPACE, MODEL)
+                .await?
+                .iter()
+                .filter(|p| models::running_and_ready(p))
+                .count();
+            ensure!(
+                current
+                    && rolled
+                    && canary.is_none()
+                    && status.revisions.is_empty()
+                    && status.loaded_versions == [version]
+                    && ready == 3,
+                "status current: {current}, rollout complete: {rolled}; canary Deployment left: {}; revisions {:?}; \
+             loadedVersions {:?}; {ready} pods ready",
+                canary.is_some(),
+                status.revisions,
+                status.loaded_versions
+            );
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// `adder`: the `simple` folder renamed, in the shared bucket, one replica.
@@ -305,7 +445,7 @@ impl Load {
                         seed += Self::SENDERS;
                         let answer = tokio::time::timeout(Duration::from_secs(10), add_sub(&mut client, seed)).await;
                         match answer {
-                            Ok(Ok(())) => {
+                            Ok(Ok(_)) => {
                                 ok.fetch_add(1, Ordering::Relaxed);
                             }
                             Ok(Err(error)) => failures.lock().unwrap().push(format!("{error:#}")),
@@ -344,8 +484,9 @@ impl Load {
     }
 }
 
-/// One add/sub inference through the gateway, both outputs checked.
-async fn add_sub(client: &mut GrpcInferenceServiceClient<Channel>, seed: i32) -> Result<()> {
+/// One add/sub inference through the gateway, both outputs checked; the
+/// version that answered.
+async fn add_sub(client: &mut GrpcInferenceServiceClient<Channel>, seed: i32) -> Result<String> {
     let a: Vec<i32> = (0..16).map(|i| seed.wrapping_mul(31).wrapping_add(i)).collect();
     let b: Vec<i32> = (0..16).map(|i| i * 7 - seed % 1000).collect();
     let input = |name: &str, values: &[i32]| InferInputTensor {
@@ -394,5 +535,5 @@ async fn add_sub(client: &mut GrpcInferenceServiceClient<Channel>, seed: i32) ->
         output("OUTPUT1")? == difference,
         "request {seed}: OUTPUT1 is not INPUT0 - INPUT1"
     );
-    Ok(())
+    Ok(reply.model_version)
 }
