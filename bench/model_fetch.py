@@ -5,7 +5,12 @@ session creation (onnxruntime in this process, from the downloaded file).
 Issue 45's targets: cold <= 1.2 x (download + session), warm <= 1.1 x
 session.
 
-    .venv/bin/python bench/model_fetch.py SERVER_BIN [--mib 200] [--rounds 3]
+    .venv/bin/python bench/model_fetch.py SERVER_BIN [--mib 200] [--rounds 3] [--single-part]
+
+boto3 uploads the weights in parts, as it does any file over 8 MiB: S3's
+ETag is then no MD5, and the cache checks the size alone. `--single-part`
+uploads each object whole, so that the ETag is its MD5 and the cache also
+hashes what it downloads and checks it.
 
 The S3 server is moto's, on loopback, started here. The model is one MatMul
 whose weight is MIB mebibytes of float32, generated here. Each round
@@ -163,6 +168,8 @@ def main() -> None:
     parser.add_argument("server_bin")
     parser.add_argument("--mib", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--single-part", action="store_true",
+                        help="upload each object whole (its ETag is its MD5, which the cache checks)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="nereid-bench-fetch-"))
@@ -176,10 +183,16 @@ def main() -> None:
         for path in sorted(model.rglob("*")):
             if path.is_file():
                 key = f"repo/{MODEL}/{path.relative_to(model).as_posix()}"
-                client.upload_file(str(path), BUCKET, key)
+                if args.single_part:
+                    with open(path, "rb") as body:
+                        client.put_object(Bucket=BUCKET, Key=key, Body=body)
+                else:
+                    client.upload_file(str(path), BUCKET, key)
                 keys.append(key)
         size = sum((model / k.split(f"{MODEL}/", 1)[1]).stat().st_size for k in keys)
-        print(f"model: {size / (1 << 20):.1f} MiB in {len(keys)} objects; "
+        etags = [client.head_object(Bucket=BUCKET, Key=k)["ETag"].strip('"') for k in keys]
+        checked = "ETags are MD5s: checked" if all("-" not in e for e in etags) else "multipart ETags: size checked"
+        print(f"model: {size / (1 << 20):.1f} MiB in {len(keys)} objects ({checked}); "
               f"onnxruntime {onnxruntime.__version__}; server {args.server_bin}")
         rows = []
         for round_ in range(1, args.rounds + 1):

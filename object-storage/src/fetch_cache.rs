@@ -54,6 +54,11 @@ const WRITE_BATCH_BYTES: usize = 1 << 20;
 /// ...and at most this many batches wait for it: a download holds at most
 /// 8 MiB in memory however fast the store sends.
 const WRITE_QUEUE: usize = 8;
+/// Each time a download has written this much more, a thread of its own
+/// asks the disk to write back what it has so far (`fdatasync`), so that
+/// the sync before the blob is renamed into place finds little left: for a
+/// 200 MiB model, 0.2 s of waiting became a few milliseconds (bench log 29).
+const WRITEBACK_EVERY: u64 = 16 << 20;
 
 /// The folder under the cache that holds the blobs.
 const OBJECTS: &str = ".objects";
@@ -247,7 +252,8 @@ impl FetchCache {
     /// Receives on the runtime and hands the bytes, in batches of about
     /// [`WRITE_BATCH_BYTES`], to a blocking thread that hashes, writes and
     /// syncs them ([`write_blob`]): receiving the next bytes overlaps the
-    /// MD5 and the disk. Writing each chunk from the runtime (tokio's file)
+    /// MD5 and the disk, and the disk's write-back overlaps both
+    /// ([`WRITEBACK_EVERY`]). Writing each chunk from the runtime (tokio's file)
     /// cost a blocking-pool round trip per 16 KiB chunk, and put the MD5 on
     /// the receiving thread (bench log 27).
     async fn download_to(
@@ -263,7 +269,8 @@ impl FetchCache {
         let mut chunks = store.get(location).await.map_err(store_failed)?.into_stream();
         let (batches, received) = tokio::sync::mpsc::channel::<Vec<bytes::Bytes>>(WRITE_QUEUE);
         let path = temporary.to_path_buf();
-        let writer = tokio::task::spawn_blocking(move || write_blob(&path, received));
+        let hash = expected_md5.is_some();
+        let writer = tokio::task::spawn_blocking(move || write_blob(&path, received, hash));
         let mut batch = Vec::new();
         let mut batched = 0usize;
         let mut sent: u64 = 0;
@@ -316,7 +323,7 @@ impl FetchCache {
                 meta.size
             ))));
         }
-        if let Some(expected) = expected_md5 {
+        if let (Some(expected), Some(md5)) = (expected_md5, md5) {
             let got = hex(&md5);
             if got != expected {
                 return Err(Failure::Transient(Error::unavailable(format!(
@@ -448,27 +455,52 @@ fn lock_file(path: &LocalPath) -> Result<std::fs::File> {
         .map_err(|e| local_error("open", path, e))
 }
 
-/// Writes the batches it receives into a new file at `path`, hashing them,
-/// then syncs the file and makes it read-only: the blocking half of a
-/// download. Returns the bytes written and their MD5.
+/// Writes the batches it receives into a new file at `path`, hashing them
+/// when `hash` (there is an MD5 to check them against: hashing 200 MiB
+/// costs 0.3 s of CPU), then syncs the file and makes it read-only: the
+/// blocking half of a download. Returns the bytes written and their MD5.
 fn write_blob(
     path: &LocalPath,
     mut batches: tokio::sync::mpsc::Receiver<Vec<bytes::Bytes>>,
-) -> std::io::Result<(u64, Vec<u8>)> {
+    hash: bool,
+) -> std::io::Result<(u64, Option<Vec<u8>>)> {
     use std::io::Write;
     let mut file = std::fs::File::create(path)?;
-    let mut md5 = Md5::new();
+    let mut md5 = hash.then(Md5::new);
     let mut written = 0u64;
-    while let Some(batch) = batches.blocking_recv() {
-        for chunk in batch {
-            md5.update(&chunk);
-            file.write_all(&chunk)?;
-            written += chunk.len() as u64;
+    std::thread::scope(|scope| {
+        // Started at the first WRITEBACK_EVERY bytes: small blobs need none.
+        let mut writeback: Option<std::sync::mpsc::SyncSender<()>> = None;
+        let mut next_writeback = WRITEBACK_EVERY;
+        while let Some(batch) = batches.blocking_recv() {
+            for chunk in batch {
+                if let Some(md5) = &mut md5 {
+                    md5.update(&chunk);
+                }
+                file.write_all(&chunk)?;
+                written += chunk.len() as u64;
+            }
+            if written >= next_writeback {
+                next_writeback = written + WRITEBACK_EVERY;
+                if writeback.is_none() {
+                    let (kick, kicks) = std::sync::mpsc::sync_channel::<()>(1);
+                    let syncing = file.try_clone()?;
+                    // Its errors are the final sync's to report.
+                    scope.spawn(move || kicks.iter().for_each(|()| drop(syncing.sync_data())));
+                    writeback = Some(kick);
+                }
+                // One still running covers these bytes when it ends.
+                if let Some(kick) = &writeback {
+                    let _ = kick.try_send(());
+                }
+            }
         }
-    }
+        drop(writeback);
+        Ok::<(), std::io::Error>(())
+    })?;
     file.sync_all()?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444))?;
-    Ok((written, md5.finalize().to_vec()))
+    Ok((written, md5.map(|md5| md5.finalize().to_vec())))
 }
 
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
@@ -587,6 +619,31 @@ mod tests {
         object.e_tag = Some(format!("\"{}\"", hex(&Md5::digest(b"contents"))));
         let (_, how) = cache.obtain(&store, "s3://bucket/repo", &object).await.unwrap();
         assert_eq!(how, Obtained::Downloaded);
+    }
+
+    /// A blob past the write-back size: written back while it downloads,
+    /// whole, and checked against its MD5 (a wrong one still fails).
+    #[tokio::test(start_paused = true)]
+    async fn a_large_blob_is_written_back_as_it_comes_and_checked() {
+        let contents: Vec<u8> = (0..(WRITEBACK_EVERY as usize * 2 + 12_345))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let store = InMemory::new();
+        store
+            .put(&Path::from("m/big"), PutPayload::from(contents.clone()))
+            .await
+            .unwrap();
+        let (_folder, cache, _in_use) = cache_in_use().await;
+        let mut object = meta(&store, "m/big").await;
+        object.e_tag = Some(format!("\"{}\"", hex(&Md5::digest(&contents))));
+        let (blob, how) = cache.obtain(&store, "s3://bucket/repo", &object).await.unwrap();
+        assert_eq!(how, Obtained::Downloaded);
+        assert!(std::fs::read(&blob).unwrap() == contents);
+
+        let (_folder, cache, _in_use) = cache_in_use().await;
+        object.e_tag = Some(format!("\"{}\"", hex(&Md5::digest(b"something else"))));
+        let err = cache.obtain(&store, "s3://bucket/repo", &object).await.unwrap_err();
+        assert!(err.message().contains("its ETag says"), "{err}");
     }
 
     #[tokio::test]
