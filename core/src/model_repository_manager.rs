@@ -7,6 +7,7 @@
 //! stop once the last of them is done.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
 use nereid_proto::inference::ModelConfig;
@@ -192,7 +193,14 @@ impl ModelRepositoryManager {
         chain: &'a mut Vec<String>,
     ) -> futures::future::BoxFuture<'a, Result<()>> {
         Box::pin(async move {
-            let dependencies = self.dependencies(name, config_override.as_ref()).await;
+            self.remember_fingerprint(name).await;
+            // Located once, for its dependencies and its load: from object
+            // storage, each locate lists the repository and the folder.
+            let located = self.repository.locate(name).await;
+            let dependencies = match &located {
+                Ok(dir) => self.dependencies(name, dir, config_override.as_ref()).await,
+                Err(_) => Vec::new(),
+            };
             chain.push(name.to_string());
             for member in dependencies {
                 if chain.contains(&member) {
@@ -218,16 +226,14 @@ impl ModelRepositoryManager {
                 }
             }
             chain.pop();
-            self.load_one(name, config_override).await
+            self.load_one(name, config_override, located).await
         })
     }
 
-    /// What `name`'s config says it needs loaded first; nothing when the
-    /// config cannot be read (the load itself then says why).
-    async fn dependencies(&self, name: &str, config_override: Option<&ModelConfig>) -> Vec<String> {
-        let Ok(dir) = self.repository.locate(name).await else {
-            return Vec::new();
-        };
+    /// What `name`'s config (in `dir`) says it needs loaded first; nothing
+    /// when the config cannot be read (the load itself then says why).
+    async fn dependencies(&self, name: &str, dir: &Path, config_override: Option<&ModelConfig>) -> Vec<String> {
+        let dir = dir.to_path_buf();
         let options = Arc::clone(&self.options);
         let owned = (name.to_string(), config_override.cloned());
         tokio::task::spawn_blocking(move || {
@@ -250,19 +256,24 @@ impl ModelRepositoryManager {
         )))
     }
 
-    /// Loads one model whose dependencies are in place.
-    async fn load_one(&self, name: &str, config_override: Option<ModelConfig>) -> Result<()> {
-        // Taken before the files are read: a change while they are is seen
-        // by the next poll. A poll records what it found before it reloads;
-        // this covers the loads it did not start (start-up, an ensemble's
-        // members).
+    /// In poll mode, records what `name`'s folder holds, unless a poll
+    /// already did. Taken before the files are read: a change while they
+    /// are is seen by the next poll. A poll records what it found before it
+    /// reloads; this covers the loads it did not start (start-up, an
+    /// ensemble's members).
+    async fn remember_fingerprint(&self, name: &str) {
         if self.mode == ControlMode::Poll
             && !self.seen.lock().contains_key(name)
             && let Ok(fingerprint) = self.repository.fingerprint(name).await
         {
             self.seen.lock().insert(name.to_string(), fingerprint);
         }
-        let dir = match self.repository.locate(name).await {
+    }
+
+    /// Loads one model, `located` in its folder, whose dependencies are in
+    /// place.
+    async fn load_one(&self, name: &str, config_override: Option<ModelConfig>, located: Result<PathBuf>) -> Result<()> {
+        let dir = match located {
             Ok(dir) => dir,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(Error::internal(format!(

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::networking::v1::{NetworkPolicyIngressRule, NetworkPolicyPeer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nereid_crds::{
     Autoscaling, AutoscalingMetric, InferenceModel, InferenceModelSpec, ModelConfigOverride, ModelNetworkPolicy,
@@ -23,6 +23,11 @@ use support::{config, model, model_with, spec};
 
 fn deployment_of(model: &InferenceModel) -> Deployment {
     builders::desired(model, &config()).deployment
+}
+
+/// The pod template's metadata: its labels and annotations.
+fn pod_meta(d: &Deployment) -> ObjectMeta {
+    d.spec.template.metadata.clone().unwrap()
 }
 
 fn pod_spec(d: &Deployment) -> &PodSpec {
@@ -530,15 +535,7 @@ fn ports_are_named_and_follow_the_spec() {
     let args = server(&desired.deployment).args.clone().unwrap();
     assert!(args.windows(2).any(|w| w == ["--http-port", "9000"]));
     assert!(args.windows(2).any(|w| w == ["--grpc-port", "9001"]));
-    let annotations = desired
-        .deployment
-        .spec
-        .template
-        .metadata
-        .clone()
-        .unwrap()
-        .annotations
-        .unwrap();
+    let annotations = pod_meta(&desired.deployment).annotations.unwrap();
     assert_eq!(annotations["prometheus.io/port"], "9002");
     let service_ports: Vec<_> = desired
         .service
@@ -613,7 +610,7 @@ fn pods_carry_the_labels_the_selector_and_the_scrape_annotations() {
     let m = model();
     let d = deployment_of(&m);
     assert_eq!(d.spec.selector.match_labels, Some(labels::selector(&m)));
-    let template = d.spec.template.metadata.clone().unwrap();
+    let template = pod_meta(&d);
     let pod_labels = template.labels.unwrap();
     for (k, v) in labels::selector(&m) {
         assert_eq!(pod_labels.get(&k), Some(&v));
@@ -635,8 +632,7 @@ fn a_config_change_changes_the_pod_template_hash() {
         ..ModelConfigOverride::default()
     });
     let after = deployment_of(&m);
-    let hash =
-        |d: &Deployment| d.spec.template.metadata.clone().unwrap().annotations.unwrap()[CONFIG_HASH_ANNOTATION].clone();
+    let hash = |d: &Deployment| pod_meta(d).annotations.unwrap()[CONFIG_HASH_ANNOTATION].clone();
     assert_ne!(hash(&before), hash(&after));
     assert_eq!(hash(&before), hash(&deployment_of(&model())), "same spec, same hash");
 }
@@ -835,15 +831,7 @@ fn a_canary_runs_its_own_pods_that_serve_the_model_under_its_name() {
     }
     let deployment = &canary.deployment;
     assert_eq!(deployment.spec.replicas, Some(1));
-    let pod_labels = deployment
-        .spec
-        .template
-        .metadata
-        .as_ref()
-        .unwrap()
-        .labels
-        .clone()
-        .unwrap();
+    let pod_labels = pod_meta(deployment).labels.unwrap();
     assert_eq!(pod_labels[labels::MODEL], "resnet-canary");
     assert_eq!(pod_labels[builders::canary::CANARY_OF], "resnet");
     let model_selector = labels::selector(&model);
@@ -872,15 +860,7 @@ fn a_canary_runs_its_own_pods_that_serve_the_model_under_its_name() {
     );
     // The spec's revision keeps its own source and no canary label.
     assert!(desired.autoscaler.is_some());
-    let stable_labels = desired
-        .deployment
-        .spec
-        .template
-        .metadata
-        .clone()
-        .unwrap()
-        .labels
-        .unwrap();
+    let stable_labels = pod_meta(&desired.deployment).labels.unwrap();
     assert!(!stable_labels.contains_key(builders::canary::CANARY_OF));
 
     let without = builders::desired(&model_with(spec()), &config());
