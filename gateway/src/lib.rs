@@ -72,6 +72,7 @@ pub mod request_body;
 pub mod router;
 pub mod sniff;
 pub mod state;
+mod write_through;
 
 pub use load::{Ejection, EndpointLoad, InFlight};
 pub use picker::{Picker, PowerOfTwoChoices, RoundRobin};
