@@ -3,10 +3,10 @@
 //! the requests its pods answered, and why the canary is not ready.
 //!
 //! Request counts come from the scraper's figures (each ready pod's
-//! `nv_inference_request_success` at its last scrape)
-//! and are refreshed at most every [`COUNT_EVERY_SECS`]: a status that changed
-//! with every scrape would be rewritten, and the model reconciled again,
-//! as long as traffic flows.
+//! `nv_inference_request_success` at its last scrape) and are refreshed at
+//! most every [`COUNT_EVERY_SECS`] seconds: a status that changed with every
+//! scrape would be rewritten, and the model reconciled again, as long as
+//! traffic flows.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
