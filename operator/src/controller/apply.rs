@@ -113,7 +113,7 @@ async fn apply_canary<S: Served>(
                 }
                 None => {
                     remove_owned_named(
-                        &namespaced::<NetworkPolicy>(client, namespace),
+                        &super::scoped::<NetworkPolicy>(client, Some(namespace)),
                         model,
                         &canary::name(model),
                     )
@@ -124,12 +124,12 @@ async fn apply_canary<S: Served>(
         }
         CanaryState::Absent => {
             let name = canary::name(model);
-            let deployments = namespaced::<Deployment>(client, namespace);
+            let deployments = super::scoped::<Deployment>(client, Some(namespace));
             if deployments.get_metadata_opt(&name).await?.is_some() {
-                remove_owned_named(&namespaced::<Service>(client, namespace), model, &name).await?;
-                remove_owned_named(&namespaced::<NetworkPolicy>(client, namespace), model, &name).await?;
+                remove_owned_named(&super::scoped::<Service>(client, Some(namespace)), model, &name).await?;
+                remove_owned_named(&super::scoped::<NetworkPolicy>(client, Some(namespace)), model, &name).await?;
                 remove_owned_named(
-                    &namespaced::<ConfigMap>(client, namespace),
+                    &super::scoped::<ConfigMap>(client, Some(namespace)),
                     model,
                     &config_map::name_of(&name),
                 )
@@ -139,13 +139,6 @@ async fn apply_canary<S: Served>(
             Ok(None)
         }
     }
-}
-
-fn namespaced<K>(client: &Client, namespace: &str) -> Api<K>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
-{
-    Api::namespaced(client.clone(), namespace)
 }
 
 /// Writes a plan's `report` about `object`: its status, when it changed,
