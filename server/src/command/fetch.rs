@@ -271,9 +271,6 @@ async fn fetch(uri: &str, destination: PathBuf, progress: Arc<FetchProgress>) ->
 /// symbolic link is copied as what it points to, as `cp -R` of a mounted
 /// claim's contents would.
 fn copy_tree(from: &Path, to: &Path, budget: &mut usize) -> Result<(), Error> {
-    let failed = |what: &str, path: &Path, e: std::io::Error| {
-        Error::internal(format!("cannot {what} '{}': {e}", path.display()))
-    };
     std::fs::create_dir_all(to).map_err(|e| failed("create", to, e))?;
     for entry in std::fs::read_dir(from).map_err(|e| failed("read", from, e))? {
         let entry = entry.map_err(|e| failed("read", from, e))?;
@@ -298,9 +295,6 @@ fn copy_tree(from: &Path, to: &Path, budget: &mut usize) -> Result<(), Error> {
 /// Writes each `NAME.pbtxt` of `configs` as `models/NAME/config.pbtxt`,
 /// with a version folder `1`; returns the names, sorted.
 fn write_configs(configs: &Path, models: &Path) -> Result<Vec<String>, Error> {
-    let failed = |what: &str, path: &Path, e: std::io::Error| {
-        Error::internal(format!("cannot {what} '{}': {e}", path.display()))
-    };
     let mut names = Vec::new();
     for entry in std::fs::read_dir(configs).map_err(|e| failed("read", configs, e))? {
         let path = entry.map_err(|e| failed("read", configs, e))?.path();
@@ -322,6 +316,11 @@ fn write_configs(configs: &Path, models: &Path) -> Result<Vec<String>, Error> {
     }
     names.sort();
     Ok(names)
+}
+
+/// A file system call on `path` that failed.
+fn failed(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::internal(format!("cannot {what} '{}': {e}", path.display()))
 }
 
 #[cfg(test)]
