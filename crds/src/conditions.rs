@@ -19,6 +19,9 @@ pub const VALID: &str = "Valid";
 pub const MEMBERS_READY: &str = "MembersReady";
 /// InferenceModel with `spec.canary`: every wanted canary pod is ready.
 pub const CANARY_READY: &str = "CanaryReady";
+/// InferenceModel with `spec.autoscaling.minReplicas: 0`: it has been
+/// scaled to zero (True, since `lastTransitionTime`) or is awake (False).
+pub const SCALED_TO_ZERO: &str = "ScaledToZero";
 
 /// Reasons, CamelCase as Kubernetes requires: of conditions
 /// (`condition.reason`, both kinds), of `status.autoscaling.reason`, and of
@@ -55,8 +58,10 @@ pub mod reason {
     pub const AVAILABLE: &str = "Available";
     /// Ready False, Progressing True: new pods are being rolled out.
     pub const ROLLING_OUT: &str = "RollingOut";
-    /// Ready False: `spec.replicas` is 0.
+    /// Ready False: `spec.replicas` is 0; also ScaledToZero True.
     pub const SCALED_TO_ZERO: &str = "ScaledToZero";
+    /// ScaledToZero False: the model has replicas.
+    pub const AWAKE: &str = "Awake";
 
     // ModelLoaded (InferenceModel).
 
@@ -107,4 +112,6 @@ pub mod reason {
 
     /// The Event of a recovery: Degraded turned from True to False.
     pub const RECOVERED: &str = "Recovered";
+    /// The Event of a wake-up: ScaledToZero turned from True to False.
+    pub const ACTIVATED: &str = "Activated";
 }

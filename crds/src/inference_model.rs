@@ -16,7 +16,10 @@ mod server;
 mod source;
 mod status;
 
-pub use autoscaling::{Autoscaling, AutoscalingMetric, TargetKind};
+pub use autoscaling::{
+    Autoscaling, AutoscalingMetric, DEFAULT_ACTIVATION_TIMEOUT, DEFAULT_SCALE_TO_ZERO_AFTER, MAX_ACTIVATION_TIMEOUT,
+    TargetKind,
+};
 pub use canary::{CANARY_SUFFIX, Canary, RevisionStatus};
 pub use config::{DynamicBatching, InstanceGroup, InstanceKind, ModelConfigOverride};
 pub use network::ModelNetworkPolicy;
@@ -112,6 +115,7 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = crate::rules::CANARY_NOT_ASLEEP.cel())]
 pub struct InferenceModelSpec {
     /// Where the model comes from: its storage URI, credentials and version policy.
     pub source: ModelSource,

@@ -84,8 +84,9 @@ pub struct ModelEnsembleSpec {
     /// Number of ensemble pods (default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
-    /// Horizontal autoscaling of the ensemble pods.
+    /// Horizontal autoscaling of the ensemble pods (minReplicas at least 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = crate::rules::ENSEMBLE_MIN_REPLICAS.cel())]
     pub autoscaling: Option<Autoscaling>,
     /// CPU, memory and GPUs of each ensemble pod (with placement colocated,
     /// enough for every member).

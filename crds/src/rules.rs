@@ -67,8 +67,56 @@ pub const VERSION_ONE_OF: Check = Check::new(
     "spec.source.version may set at most one of latest, all and specific",
 );
 
-/// On `Autoscaling.minReplicas`. An HPA cannot scale to zero without a feature gate.
-pub const MIN_REPLICAS: Check = Check::new("self >= 1", "spec.autoscaling.minReplicas must be >= 1");
+/// On `Autoscaling.minReplicas`. 0 is scale to zero: the HPA (which cannot
+/// scale to zero without a feature gate) keeps 1..max, the operator the step
+/// to 0.
+pub const MIN_REPLICAS: Check = Check::new(
+    "self >= 0",
+    "spec.autoscaling.minReplicas must be >= 0 (0 scales the model to zero when idle)",
+);
+
+/// On `ModelEnsembleSpec.autoscaling`: only an InferenceModel is woken by
+/// nereid-gateway, so only it may sleep.
+pub const ENSEMBLE_MIN_REPLICAS: Check = Check::new(
+    "!has(self.minReplicas) || self.minReplicas >= 1",
+    "spec.autoscaling.minReplicas must be >= 1 for a ModelEnsemble (scale to zero is for InferenceModels)",
+);
+
+/// On `Autoscaling.scaleToZeroAfter`. The regex is Go's duration syntax
+/// ("5m", "1h30m", "1.5s") as CEL's `duration()` reads it, checked first
+/// so that a malformed value gets this message, not an evaluation error.
+pub const SCALE_TO_ZERO_AFTER: Check = Check::new(
+    concat!(
+        "self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",
+        " && duration(self) >= duration('1s')"
+    ),
+    "spec.autoscaling.scaleToZeroAfter must be a duration of at least 1s, such as \"5m\" or \"90s\"",
+);
+
+/// On `Autoscaling.activationTimeout`; the bound is
+/// [`crate::MAX_ACTIVATION_TIMEOUT`].
+pub const ACTIVATION_TIMEOUT: Check = Check::new(
+    concat!(
+        "self.matches('^([0-9]+([.][0-9]+)?(ns|us|ms|s|m|h))+$')",
+        " && duration(self) >= duration('1s') && duration(self) <= duration('10m')"
+    ),
+    "spec.autoscaling.activationTimeout must be a duration from 1s to 10m, such as \"60s\"",
+);
+
+/// On `Autoscaling`: the scale-to-zero settings mean nothing above zero.
+pub const ZERO_ONLY_FIELDS: Check = Check::new(
+    "(!has(self.scaleToZeroAfter) && !has(self.activationTimeout)) || \
+     (has(self.minReplicas) && self.minReplicas == 0)",
+    "spec.autoscaling.scaleToZeroAfter and spec.autoscaling.activationTimeout apply only with minReplicas: 0",
+);
+
+/// On `InferenceModelSpec`: a canary's pods would go on serving alone while
+/// the model sleeps, and its split would have nothing to split.
+pub const CANARY_NOT_ASLEEP: Check = Check::new(
+    "!has(self.canary) || !has(self.autoscaling) || !has(self.autoscaling.minReplicas) || \
+     self.autoscaling.minReplicas >= 1",
+    "spec.canary cannot be combined with spec.autoscaling.minReplicas 0 (a model that scales to zero has no canary)",
+);
 
 /// On `Autoscaling.maxReplicas`.
 pub const MAX_REPLICAS: Check = Check::new("self >= 1", "spec.autoscaling.maxReplicas must be >= 1");

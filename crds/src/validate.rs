@@ -6,9 +6,11 @@
 //! Every function collects all problems rather than stopping at the first,
 //! so a user fixes a spec in one round.
 
+mod duration;
 mod ensemble;
 mod quantity;
 
+pub use duration::{format_duration, parse_duration};
 pub use ensemble::{ensemble_dag, validate_ensemble};
 pub use quantity::parse_quantity;
 
@@ -35,6 +37,8 @@ pub fn validate(spec: &InferenceModelSpec) -> Result<(), Vec<String>> {
     if let Some(canary) = &spec.canary {
         check_canary(&mut errors, canary);
     }
+    let asleep = spec.autoscaling.as_ref().is_some_and(Autoscaling::scales_to_zero);
+    errors.check(!(asleep && spec.canary.is_some()), rules::CANARY_NOT_ASLEEP);
     errors.into_result()
 }
 
@@ -143,14 +147,31 @@ fn check_autoscaling(errors: &mut Errors, autoscaling: &Autoscaling) {
         min_replicas,
         max_replicas,
         target,
+        scale_to_zero_after,
+        activation_timeout,
         ..
     } = autoscaling;
-    errors.check(min_replicas.is_none_or(|m| m >= 1), rules::MIN_REPLICAS);
+    errors.check(min_replicas.is_none_or(|m| m >= 0), rules::MIN_REPLICAS);
     errors.check(*max_replicas >= 1, rules::MAX_REPLICAS);
     errors.check(min_replicas.is_none_or(|m| m <= *max_replicas), rules::MIN_LE_MAX);
     if !parse_quantity(target).is_some_and(|v| v > 0.0) {
         errors.push(format!("{} (got {target:?})", rules::TARGET_QUANTITY.message));
     }
+    let second = std::time::Duration::from_secs(1);
+    if let Some(after) = scale_to_zero_after
+        && !parse_duration(after).is_some_and(|d| d >= second)
+    {
+        errors.push(format!("{} (got {after:?})", rules::SCALE_TO_ZERO_AFTER.message));
+    }
+    if let Some(timeout) = activation_timeout
+        && !parse_duration(timeout).is_some_and(|d| (second..=crate::MAX_ACTIVATION_TIMEOUT).contains(&d))
+    {
+        errors.push(format!("{} (got {timeout:?})", rules::ACTIVATION_TIMEOUT.message));
+    }
+    errors.check(
+        (scale_to_zero_after.is_none() && activation_timeout.is_none()) || autoscaling.scales_to_zero(),
+        rules::ZERO_ONLY_FIELDS,
+    );
 }
 
 #[cfg(test)]

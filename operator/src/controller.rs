@@ -21,7 +21,9 @@
 //!    ([`loaded_versions`]), the nodes' free GPUs while pods wait for GPUs;
 //! 5. derive the status, the Events of its condition transitions
 //!    ([`events`]) and the requeue ([`plan::report`], pure), and write the
-//!    status only when it changed ([`apply::report`]).
+//!    status only when it changed ([`apply::report`]);
+//! 6. scale a model with minReplicas 0 to zero once it has been quiet for
+//!    its window, or look again when the window ends ([`idle`]).
 //!
 //! Every object the reconcile writes is owned by the InferenceModel, so the
 //! watches of those objects ([`watches`]) bring the controller back whenever
@@ -30,6 +32,7 @@
 pub mod apply;
 pub mod events;
 pub mod fetch_progress;
+pub mod idle;
 pub mod loaded_versions;
 pub mod observe;
 pub mod plan;
@@ -128,6 +131,8 @@ async fn reconcile_stages(model: &InferenceModel, ctx: &Context) -> Result<Actio
     let after = observe::after_apply(ctx, &namespace, model, applied, &now).await?;
     let report = plan::report(model, &before, &after, &ctx.config, now);
     let next = apply::report(ctx, model, report).await;
+    // 6. A model quiet for its window goes to sleep ([`idle`]).
+    let next = idle::settle(ctx, model, after.figures.as_ref(), next).await;
     tracing::debug!(model = %name, %namespace, next = ?next.as_ref().ok(), "reconciled");
     next
 }

@@ -20,14 +20,13 @@
 //! ```
 //!
 //! `IsActive` is true while the model has work (requests pending or
-//! inferences in the window). KEDA scales a model to zero on it; from zero no
-//! pod exists whose queue could be read, and nothing else holds requests for
-//! the operator to see: nereid-gateway has no queue, and refuses a request
-//! for a model with no ready pod at once (503 / UNAVAILABLE, counted in
-//! `nereid_gateway_failures_total{reason="no_ready_endpoints"}`, which the
-//! operator does not read). So this scaler never wakes a model up by itself:
-//! that needs another trigger on the ScaledObject, or replicas set some
-//! other way.
+//! inferences in the window) or a pod on its way up. KEDA scales a model
+//! with `minReplicaCount: 0` to zero once it has said false for the
+//! ScaledObject's `cooldownPeriod` (the model's `scaleToZeroAfter`). From
+//! zero, nereid-gateway wakes the model: it holds the model's requests and
+//! sets one replica through the scale subresource; the pod that starts
+//! makes IsActive true at the next scrape, so KEDA keeps it, and its
+//! requests keep it true from then on.
 //!
 //! Who is answered ([`scope`]): only triggers naming a namespace the
 //! operator watches (else PERMISSION_DENIED) and a model it serves there
@@ -233,9 +232,10 @@ impl Scaler {
     }
 }
 
-/// Work is waiting or being done.
+/// Work is waiting or being done, or a pod is starting to do it (one a
+/// wake-up from zero asked for).
 fn active(figures: Option<&Figures>) -> bool {
-    figures.is_some_and(|f| f.pending > 0.0 || f.inference_rate > 0.0)
+    figures.is_some_and(|f| f.pending > 0.0 || f.inference_rate > 0.0 || f.starting_pods > 0)
 }
 
 #[tonic::async_trait]

@@ -26,6 +26,7 @@ pub struct Metrics {
     scrape_round: Histogram,
     pods_scraped: GaugeVec,
     figures: Vec<(AutoscalingMetric, GaugeVec)>,
+    scaled_to_zero: IntCounterVec,
 }
 
 impl Metrics {
@@ -93,9 +94,18 @@ impl Metrics {
                 (metric, gauge)
             })
             .collect();
+        let scaled_to_zero = IntCounterVec::new(
+            Opts::new(
+                "nereid_operator_scaled_to_zero_total",
+                "Models the operator scaled to zero after their scaleToZeroAfter without requests.",
+            ),
+            &["namespace", "model"],
+        )
+        .expect("metric options are valid");
         let registry = Registry::new();
         let mut collectors = vec![
-            Box::new(reconciles.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(scaled_to_zero.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(reconciles.clone()),
             Box::new(failures.clone()),
             Box::new(duration.clone()),
             Box::new(leader.clone()),
@@ -121,7 +131,12 @@ impl Metrics {
             scrape_round,
             pods_scraped,
             figures,
+            scaled_to_zero,
         }
+    }
+
+    pub fn scaled_to_zero(&self, namespace: &str, model: &str) {
+        self.scaled_to_zero.with_label_values(&[namespace, model]).inc();
     }
 
     pub fn reconcile_started(&self, kind: &str) {

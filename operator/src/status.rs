@@ -29,7 +29,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
-use nereid_crds::conditions::{DEGRADED, MODEL_LOADED, PROGRESSING, READY, reason};
+use nereid_crds::conditions::{DEGRADED, MODEL_LOADED, PROGRESSING, READY, SCALED_TO_ZERO, reason};
+use nereid_crds::validate::format_duration;
 use nereid_crds::{Address, Failure, InferenceModel, InferenceModelStatus};
 
 use self::conditions::Conditions;
@@ -139,8 +140,33 @@ pub fn derive_status(
 
     let mut conditions = Conditions::new(&previous.conditions, generation, &now);
     let ready_message = format!("{ready}/{wanted} replicas ready");
+    // A model that scales to zero says how long it waits and what wakes it.
+    let sleeps_after = model
+        .spec
+        .autoscaling
+        .as_ref()
+        .filter(|a| a.scales_to_zero())
+        .map(|a| format_duration(a.scale_to_zero_after()));
+    let asleep = match &sleeps_after {
+        Some(window) => format!(
+            "spec.replicas is 0: scaled to zero after {window} without requests; the next request through \
+             nereid-gateway wakes it (its Service refuses connections until then)"
+        ),
+        None => "spec.replicas is 0".to_string(),
+    };
+    if let Some(window) = &sleeps_after {
+        match wanted {
+            0 => conditions.set(SCALED_TO_ZERO, true, reason::SCALED_TO_ZERO, asleep.clone()),
+            n => conditions.set(
+                SCALED_TO_ZERO,
+                false,
+                reason::AWAKE,
+                format!("{n} replicas wanted; scaled to zero after {window} without requests"),
+            ),
+        };
+    }
     match (&worst, wanted) {
-        (_, 0) => conditions.set(READY, false, reason::SCALED_TO_ZERO, "spec.replicas is 0"),
+        (_, 0) => conditions.set(READY, false, reason::SCALED_TO_ZERO, asleep),
         (Some(f), _) => conditions.set(READY, false, &f.reason, format!("{ready_message}; {}", f.message)),
         (None, _) if ready >= wanted => conditions.set(READY, true, reason::AVAILABLE, ready_message),
         (None, _) => conditions.set(READY, false, reason::ROLLING_OUT, ready_message),

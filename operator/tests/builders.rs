@@ -660,7 +660,7 @@ fn replicas_follow_the_spec_even_under_autoscaling() {
         max_replicas: 8,
         metric: AutoscalingMetric::QueueTimeMicros,
         target: "500".into(),
-        behavior: None,
+        ..Autoscaling::default()
     });
     assert_eq!(deployment_of(&m).spec.replicas, Some(3));
     m.spec.replicas = None;

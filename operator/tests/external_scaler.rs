@@ -37,7 +37,10 @@ fn key(model: &str) -> ModelKey {
 /// The models the operator serves: those with figures, and `sleeping`
 /// (scaled to zero: served, but no pod to scrape).
 fn served() -> Scope {
-    let models: BTreeSet<ModelKey> = ["busy", "idle", "silent", "sleeping"].into_iter().map(key).collect();
+    let models: BTreeSet<ModelKey> = ["busy", "idle", "silent", "sleeping", "waking"]
+        .into_iter()
+        .map(key)
+        .collect();
     Scope::new(Some(vec!["ml".to_string()]), Arc::new(models))
 }
 
@@ -83,6 +86,15 @@ fn board() -> Arc<Board> {
                 inference_rate: 120.0,
                 gpu_percent: None,
                 requests: 0.0,
+                ..Figures::default()
+            },
+        ),
+        (
+            // Woken from zero: its pod is starting, nothing is served yet.
+            key("waking"),
+            Figures {
+                starting_pods: 1,
+                ..Figures::default()
             },
         ),
         (
@@ -152,6 +164,8 @@ async fn activity_follows_the_load() {
     assert!(!client.is_active(active("idle")).await.unwrap().into_inner().result);
     // Served but scaled to zero: no figures, no work.
     assert!(!client.is_active(active("sleeping")).await.unwrap().into_inner().result);
+    // The gateway holds its requests and asked for a replica: keep it.
+    assert!(client.is_active(active("waking")).await.unwrap().into_inner().result);
 
     let board = board();
     let mut client = serve(board.clone()).await;

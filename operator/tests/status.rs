@@ -509,6 +509,36 @@ fn scaled_to_zero_is_not_ready_and_not_a_failure() {
     let s = derive(&m, Some((0, 0, 0)), &[]);
     assert_eq!(state(&s, "Ready"), is("False", "ScaledToZero"));
     assert_eq!(state(&s, "Degraded"), is("False", "AsExpected"));
+    assert!(
+        s.conditions.iter().all(|c| c.type_ != "ScaledToZero"),
+        "a model that does not scale to zero has no such condition"
+    );
+}
+
+#[test]
+fn a_model_that_scales_to_zero_says_when_it_slept_and_what_wakes_it() {
+    let mut m = model();
+    m.spec.autoscaling = Some(nereid_crds::Autoscaling {
+        min_replicas: Some(0),
+        max_replicas: 2,
+        target: "500".into(),
+        scale_to_zero_after: Some("90s".into()),
+        ..Default::default()
+    });
+    m.spec.replicas = Some(1);
+    let awake = derive(&m, Some((1, 1, 1)), &[]);
+    assert_eq!(state(&awake, "ScaledToZero"), is("False", "Awake"));
+    m.status = Some(awake);
+    m.spec.replicas = Some(0);
+    let asleep = derive(&m, Some((0, 0, 0)), &[]);
+    assert_eq!(state(&asleep, "ScaledToZero"), is("True", "ScaledToZero"));
+    let ready = condition(&asleep, "Ready");
+    assert_eq!(ready.reason, "ScaledToZero");
+    assert!(
+        ready.message.contains("after 1m30s without requests") && ready.message.contains("nereid-gateway wakes it"),
+        "{}",
+        ready.message
+    );
 }
 
 #[test]

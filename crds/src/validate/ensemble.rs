@@ -20,6 +20,7 @@ pub fn validate_ensemble(spec: &ModelEnsembleSpec) -> Result<(), Vec<String>> {
     errors.check(spec.replicas.is_none_or(|r| r >= 0), rules::ENSEMBLE_REPLICAS);
     if let Some(autoscaling) = &spec.autoscaling {
         check_autoscaling(&mut errors, autoscaling);
+        errors.check(!autoscaling.scales_to_zero(), rules::ENSEMBLE_MIN_REPLICAS);
     }
     if let Some(ports) = spec.server.as_ref().and_then(|s| s.ports.as_ref()) {
         check_ports(&mut errors, ports);

@@ -109,8 +109,53 @@ fn autoscaling_bounds() {
     assert_eq!(errors(&spec), [rules::MIN_LE_MAX.message]);
     spec.autoscaling = Some(autoscaling(None, 0, "500"));
     assert_eq!(errors(&spec), [rules::MAX_REPLICAS.message]);
-    spec.autoscaling = Some(autoscaling(Some(0), 2, "500"));
+    spec.autoscaling = Some(autoscaling(Some(-1), 2, "500"));
     assert_eq!(errors(&spec), [rules::MIN_REPLICAS.message]);
+}
+
+#[test]
+fn scale_to_zero_settings_need_min_replicas_zero_and_sane_durations() {
+    let mut spec = model();
+    let mut asleep = autoscaling(Some(0), 2, "500");
+    spec.autoscaling = Some(asleep.clone());
+    assert_eq!(validate(&spec), Ok(()));
+    assert_eq!(asleep.scale_to_zero_after(), DEFAULT_SCALE_TO_ZERO_AFTER);
+    assert_eq!(asleep.activation_timeout(), DEFAULT_ACTIVATION_TIMEOUT);
+    asleep.scale_to_zero_after = Some("90s".into());
+    asleep.activation_timeout = Some("2m".into());
+    spec.autoscaling = Some(asleep.clone());
+    assert_eq!(validate(&spec), Ok(()));
+    assert_eq!(asleep.scale_to_zero_after(), std::time::Duration::from_secs(90));
+    assert_eq!(asleep.activation_timeout(), std::time::Duration::from_secs(120));
+
+    for (after, timeout) in [("0s", "60s"), ("5 minutes", "60s"), ("5m", "0s"), ("5m", "-1s"), ("5m", "11m")] {
+        let mut bad = asleep.clone();
+        bad.scale_to_zero_after = Some(after.into());
+        bad.activation_timeout = Some(timeout.into());
+        spec.autoscaling = Some(bad);
+        let errors = errors(&spec);
+        assert_eq!(errors.len(), 1, "{after} {timeout}: {errors:?}");
+        let rule = if after == "5m" {
+            rules::ACTIVATION_TIMEOUT
+        } else {
+            rules::SCALE_TO_ZERO_AFTER
+        };
+        assert!(errors[0].starts_with(rule.message), "{errors:?}");
+    }
+
+    // The settings of sleep on a model that never sleeps.
+    let mut awake = asleep.clone();
+    awake.min_replicas = Some(1);
+    spec.autoscaling = Some(awake);
+    assert_eq!(errors(&spec), [rules::ZERO_ONLY_FIELDS.message]);
+
+    // A canary would serve alone while the model sleeps.
+    spec.autoscaling = Some(asleep);
+    spec.canary = Some(Canary {
+        traffic_percent: 10,
+        ..Default::default()
+    });
+    assert_eq!(errors(&spec), [rules::CANARY_NOT_ASLEEP.message]);
 }
 
 #[test]
@@ -349,6 +394,11 @@ fn ensemble_datatypes_replicas_and_autoscaling() {
     assert_eq!(errors[0], rules::ENSEMBLE_REPLICAS.message);
     assert_eq!(errors[1], rules::MIN_LE_MAX.message);
     assert!(errors[2].contains(r#"spec.inputs: tensor "IN" has unknown datatype "FLOAT32""#));
+
+    // Only a model is woken by the gateway: an ensemble never sleeps.
+    let mut spec = chain();
+    spec.autoscaling = Some(autoscaling(Some(0), 1, "10"));
+    assert_eq!(ensemble_errors(&spec), [rules::ENSEMBLE_MIN_REPLICAS.message]);
 }
 
 #[test]

@@ -7,6 +7,11 @@
 //! weighs as much as its requests; the inference rate is the sum of the pods'
 //! rates; pending requests is the sum of the pods' latest gauges. A counter
 //! that went down means the server restarted: that pod's window starts over.
+//!
+//! Each model also has a quiet clock, what scale to zero reads: the moment
+//! something last happened to it (a request answered or in flight, a pod
+//! that started, went or is on its way up, a pod that did not answer its
+//! scrape, so that nothing unknown reads as quiet).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -30,6 +35,8 @@ pub struct PodScrape {
     pub uid: String,
     /// A pod that is not ready counts towards nothing but its model.
     pub ready: bool,
+    /// Not ready and not being deleted: on its way up (or crash looping).
+    pub starting: bool,
     /// What its /metrics said; `None` when it timed out or answered garbage.
     pub sample: Option<Sample>,
 }
@@ -51,9 +58,21 @@ pub struct Figures {
     /// Requests the scraped pods answered since they started (their
     /// counters summed): what `status.revisions` reports.
     pub requests: f64,
+    /// Pods on their way up (not ready, not being deleted).
+    pub starting_pods: u32,
+    /// Since when nothing has happened to the model: no request answered or
+    /// in flight, no pod came, went or is starting, every ready pod
+    /// answered its scrape.
+    pub quiet_since: Option<Instant>,
 }
 
 impl Figures {
+    /// How long the model has been quiet at `now` (zero when it is not).
+    pub fn quiet_for(&self, now: Instant) -> Duration {
+        self.quiet_since
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
+    }
+
     /// The value of `metric`, or `None` when nothing can be said: ready pods
     /// exist but none answered, or no pod reports GPUs.
     pub fn value(&self, metric: AutoscalingMetric) -> Option<f64> {
@@ -74,6 +93,20 @@ impl Figures {
 pub struct Histories {
     window: Duration,
     pods: HashMap<String, VecDeque<(Instant, Sample)>>,
+    /// Per model, what the last round saw and since when it has not changed.
+    activity: HashMap<ModelKey, (Activity, Instant)>,
+}
+
+/// What a model's quiet clock compares round to round.
+#[derive(Debug, Clone, PartialEq)]
+struct Activity {
+    /// Requests answered, summed over the ready pods.
+    requests: f64,
+    /// The ready pods' uids, sorted.
+    pods: Vec<String>,
+    /// Something a round cannot compare: work in flight, pods starting or
+    /// a ready pod that did not answer.
+    busy: bool,
 }
 
 impl Histories {
@@ -81,6 +114,7 @@ impl Histories {
         Histories {
             window,
             pods: HashMap::new(),
+            activity: HashMap::new(),
         }
     }
 
@@ -93,15 +127,29 @@ impl Histories {
         // Δ queue and Δ requests per model, summed before dividing.
         let mut queue: BTreeMap<&ModelKey, (f64, f64)> = BTreeMap::new();
         let mut gpus: BTreeMap<&ModelKey, (f64, u32)> = BTreeMap::new();
+        let mut activity: HashMap<&ModelKey, Activity> = HashMap::new();
         for scrape in scrapes {
             let entry = figures.entry(scrape.model.clone()).or_default();
+            let seen = activity.entry(&scrape.model).or_insert_with(|| Activity {
+                requests: 0.0,
+                pods: Vec::new(),
+                busy: false,
+            });
             if !scrape.ready {
+                if scrape.starting {
+                    entry.starting_pods += 1;
+                    seen.busy = true;
+                }
                 continue;
             }
             entry.ready_pods += 1;
+            seen.pods.push(scrape.uid.clone());
             let Some(sample) = scrape.sample else {
+                seen.busy = true;
                 continue;
             };
+            seen.requests += sample.requests;
+            seen.busy |= sample.pending > 0.0;
             entry.scraped_pods += 1;
             let history = self.record(&scrape.uid, now, sample);
             let (oldest_at, oldest) = history.front().copied().unwrap_or((now, sample));
@@ -130,6 +178,18 @@ impl Histories {
         for (key, (sum, count)) in gpus {
             if let Some(entry) = figures.get_mut(key) {
                 entry.gpu_percent = Some(sum / f64::from(count));
+            }
+        }
+        self.activity.retain(|key, _| activity.contains_key(key));
+        for (key, mut now_seen) in activity {
+            now_seen.pods.sort_unstable();
+            let quiet_since = match self.activity.get(key) {
+                Some((before, since)) if !now_seen.busy && *before == now_seen => *since,
+                _ => now,
+            };
+            self.activity.insert(key.clone(), (now_seen, quiet_since));
+            if let Some(entry) = figures.get_mut(key) {
+                entry.quiet_since = Some(quiet_since);
             }
         }
         figures
@@ -172,6 +232,7 @@ mod tests {
             model: key(model),
             uid: uid.into(),
             ready: true,
+            starting: false,
             sample,
         }
     }
@@ -274,6 +335,48 @@ mod tests {
             None,
             "none answered"
         );
+    }
+
+    #[test]
+    fn the_quiet_clock_restarts_on_requests_pods_and_unknowns() {
+        let mut histories = Histories::new(Duration::from_secs(30));
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
+        let idle = counters(0.0, 5.0, 5.0, 0.0);
+        let mut quiet = |histories: &mut Histories, secs: u64, scrapes: &[PodScrape]| {
+            histories.round(at(secs), scrapes)[&key("m")].quiet_for(at(secs))
+        };
+        assert_eq!(quiet(&mut histories, 0, &[scrape("m", "a", idle)]), Duration::ZERO);
+        assert_eq!(quiet(&mut histories, 10, &[scrape("m", "a", idle)]), Duration::from_secs(10));
+        // A request answered.
+        let answered = counters(0.0, 6.0, 6.0, 0.0);
+        assert_eq!(quiet(&mut histories, 20, &[scrape("m", "a", answered)]), Duration::ZERO);
+        assert_eq!(quiet(&mut histories, 30, &[scrape("m", "a", answered)]), Duration::from_secs(10));
+        // A request in flight.
+        let pending = counters(0.0, 6.0, 6.0, 1.0);
+        assert_eq!(quiet(&mut histories, 40, &[scrape("m", "a", pending)]), Duration::ZERO);
+        assert_eq!(quiet(&mut histories, 50, &[scrape("m", "a", answered)]), Duration::ZERO);
+        // A pod on its way up, then ready with nothing served.
+        let mut starting = scrape("m", "b", None);
+        (starting.ready, starting.starting) = (false, true);
+        let both = [scrape("m", "a", answered), starting];
+        assert_eq!(quiet(&mut histories, 60, &both), Duration::ZERO);
+        assert_eq!(quiet(&mut histories, 70, &both), Duration::ZERO, "still starting");
+        let ready = [scrape("m", "a", answered), scrape("m", "b", counters(0.0, 0.0, 0.0, 0.0))];
+        assert_eq!(quiet(&mut histories, 80, &ready), Duration::ZERO);
+        assert_eq!(quiet(&mut histories, 90, &ready), Duration::from_secs(10));
+        // A ready pod that did not answer is not known to be quiet.
+        let silent = [scrape("m", "a", answered), scrape("m", "b", None)];
+        assert_eq!(quiet(&mut histories, 100, &silent), Duration::ZERO);
+        // A pod being deleted is neither ready nor starting: it changes the
+        // ready set once, then nothing.
+        let mut leaving = scrape("m", "b", None);
+        leaving.ready = false;
+        let gone = [scrape("m", "a", answered), leaving];
+        assert_eq!(quiet(&mut histories, 110, &gone), Duration::ZERO);
+        assert_eq!(quiet(&mut histories, 120, &gone), Duration::from_secs(10));
+        let figures = histories.round(at(130), &gone);
+        assert_eq!(figures[&key("m")].starting_pods, 0);
     }
 
     #[test]

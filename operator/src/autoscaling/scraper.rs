@@ -139,6 +139,7 @@ async fn scrape(http: &reqwest::Client, pod: &Pod) -> PodScrape {
             model,
             uid,
             ready: false,
+            starting: pod.metadata.deletion_timestamp.is_none(),
             sample: None,
         };
     };
@@ -153,6 +154,7 @@ async fn scrape(http: &reqwest::Client, pod: &Pod) -> PodScrape {
         model,
         uid,
         ready: true,
+        starting: false,
         sample,
     }
 }

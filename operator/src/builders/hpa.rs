@@ -34,7 +34,10 @@ pub fn hpa<S: Served>(model: &S) -> Option<HorizontalPodAutoscaler> {
                 kind: S::kind(&()).into_owned(),
                 name: model.name_any(),
             },
-            min_replicas: Some(autoscaling.min_replicas.unwrap_or(1)),
+            // An HPA cannot scale to zero (without the HPAScaleToZero
+            // feature gate); it stands aside while the model is at zero
+            // (a scale target at 0 disables it) and owns 1..max above.
+            min_replicas: Some(autoscaling.min_replicas.unwrap_or(1).max(1)),
             max_replicas: autoscaling.max_replicas,
             metrics: Some(vec![metric(model, autoscaling)]),
             behavior: autoscaling.behavior.clone(),
@@ -93,7 +96,7 @@ mod tests {
             max_replicas: 4,
             metric,
             target: target.into(),
-            behavior: None,
+            ..Autoscaling::default()
         }
     }
 
@@ -144,5 +147,13 @@ mod tests {
         let spec = hpa(&model(Some(wanted.clone()))).unwrap().spec;
         assert_eq!(spec.min_replicas, Some(2));
         assert_eq!(spec.behavior, wanted.behavior);
+    }
+
+    #[test]
+    fn a_model_that_scales_to_zero_keeps_an_hpa_from_one() {
+        let mut wanted = autoscaling(AutoscalingMetric::QueueTimeMicros, "1m");
+        wanted.min_replicas = Some(0);
+        let spec = hpa(&model(Some(wanted))).unwrap().spec;
+        assert_eq!((spec.min_replicas, spec.max_replicas), (Some(1), 4));
     }
 }

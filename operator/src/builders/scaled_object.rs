@@ -54,6 +54,10 @@ pub fn scaled_object<S: Served>(
     if let Some(name) = authentication {
         spec["triggers"][0]["authenticationRef"] = json!({"kind": "ClusterTriggerAuthentication", "name": name});
     }
+    if autoscaling.scales_to_zero() {
+        // KEDA scales to zero once IsActive has said false for this long.
+        spec["cooldownPeriod"] = json!(autoscaling.scale_to_zero_after().as_secs().max(1));
+    }
     if let Some(behavior) = &autoscaling.behavior {
         spec["advanced"] = json!({"horizontalPodAutoscalerConfig": {"behavior": behavior}});
     }
@@ -83,6 +87,8 @@ mod tests {
             metric,
             target: "500".into(),
             behavior: Some(Default::default()),
+            scale_to_zero_after: Some("90s".into()),
+            ..Autoscaling::default()
         });
         model
     }
@@ -106,6 +112,8 @@ mod tests {
             (spec["minReplicaCount"].as_i64(), spec["maxReplicaCount"].as_i64()),
             (Some(0), Some(5))
         );
+        // KEDA's own scale to zero waits the model's idle window.
+        assert_eq!(spec["cooldownPeriod"].as_u64(), Some(90));
         let trigger = &spec["triggers"][0];
         assert_eq!(trigger["type"], "external");
         assert_eq!(trigger["metricType"], "Value");

@@ -2,9 +2,11 @@
 //! describe` and event-based alerting see *when* a model became ready,
 //! started crash looping or failed to load, not only the current state.
 //!
-//! Only two conditions make Events: Ready, when it turns True (or turns
-//! False for a reason that is no problem, such as a scale-up rolling out),
-//! and Degraded, when a problem appears, changes, or goes away. A problem
+//! Three conditions make Events: Ready, when it turns True (or turns
+//! False for a reason that is no problem, such as a scale-up rolling out,
+//! or a scale to zero), Degraded, when a problem appears, changes, or goes
+//! away, and ScaledToZero when it turns False: the model woke up
+//! ([`ACTIVATED`]; its scale to zero is Ready's Event). A problem
 //! makes Ready False too, with the same reason: that Event is Degraded's, not
 //! told twice. Progressing and ModelLoaded only echo those two (the
 //! Deployment controller already reports its rollout), and a changed
@@ -17,8 +19,8 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType, Recorder};
-use nereid_crds::conditions::reason::{self, RECOVERED};
-use nereid_crds::conditions::{DEGRADED, READY};
+use nereid_crds::conditions::reason::{self, ACTIVATED, RECOVERED};
+use nereid_crds::conditions::{DEGRADED, READY, SCALED_TO_ZERO};
 
 /// Events' notes are limited to 1 kB.
 const MAX_NOTE: usize = 1000;
@@ -52,6 +54,11 @@ pub fn transitions(previous: &[Condition], current: &[Condition]) -> Vec<Event> 
             }
             _ => {}
         }
+    }
+    if let Some(awake) = current.iter().find(|c| c.type_ == SCALED_TO_ZERO && c.status == "False")
+        && before(SCALED_TO_ZERO).is_some_and(|c| c.status == "True")
+    {
+        events.push(event(EventType::Normal, ACTIVATED, awake));
     }
     events
 }
@@ -233,6 +240,34 @@ mod tests {
                 "Ready is False: 1/2 replicas ready".to_string()
             )]
         );
+    }
+
+    #[test]
+    fn a_scale_to_zero_and_a_wake_up_are_each_told_once() {
+        let asleep = conditions(&[
+            (READY, "False", "ScaledToZero", "spec.replicas is 0: scaled to zero after 5m"),
+            (DEGRADED, "False", "AsExpected", "no problem seen"),
+            (SCALED_TO_ZERO, "True", "ScaledToZero", "spec.replicas is 0: scaled to zero after 5m"),
+        ]);
+        let mut awake = available();
+        awake.extend(conditions(&[(SCALED_TO_ZERO, "False", "Awake", "1 replicas wanted")]));
+        let told_asleep = told(&awake, &asleep);
+        assert_eq!(told_asleep.len(), 1, "{told_asleep:?}");
+        assert_eq!(told_asleep[0].1, "ScaledToZero");
+        let waking = {
+            let mut c = rolling_out();
+            c.extend(conditions(&[(SCALED_TO_ZERO, "False", "Awake", "1 replicas wanted")]));
+            c
+        };
+        assert_eq!(
+            told(&asleep, &waking),
+            [(
+                EventType::Normal,
+                ACTIVATED.to_string(),
+                "ScaledToZero is False: 1 replicas wanted".to_string()
+            )]
+        );
+        assert!(told(&waking, &awake).iter().all(|(_, reason, _)| reason != ACTIVATED));
     }
 
     #[test]
