@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::activation::HoldLimits;
 use crate::limits::Limits;
 use crate::registry::{Address, ModelKey};
 
@@ -151,6 +152,31 @@ pub struct Args {
     /// everyone else's calls.
     #[arg(long, env = "NEREID_GATEWAY_MAX_POD_CONNECTIONS", value_parser = parse_count, default_value = "4")]
     pub max_pod_connections: usize,
+    /// Requests held at once for one model waking from zero replicas (a
+    /// model with minReplicas 0 and no ready pod); one more is refused with
+    /// 503 / UNAVAILABLE saying the model is waking up. A held request is a
+    /// parked task and its stream, a few KiB besides its body (bounded by
+    /// --max-held-bytes-per-model): 1000 covers a burst of a thousand
+    /// clients calling a sleeping model at once, in a few MiB.
+    #[arg(
+        long,
+        env = "NEREID_GATEWAY_MAX_HELD_REQUESTS_PER_MODEL",
+        value_parser = parse_count,
+        default_value = "1000"
+    )]
+    pub max_held_requests_per_model: usize,
+    /// Request body bytes held at once for one model waking from zero
+    /// replicas; a request that would pass it is refused with 503 /
+    /// UNAVAILABLE. These bytes also count against --max-in-flight-bytes:
+    /// 64 MiB (a quarter of it) keeps one sleeping model's burst from
+    /// taking the buffer every other model's requests need.
+    #[arg(
+        long,
+        env = "NEREID_GATEWAY_MAX_HELD_BYTES_PER_MODEL",
+        value_parser = parse_count,
+        default_value = "67108864"
+    )]
+    pub max_held_bytes_per_model: usize,
     /// How long connecting to a pod may take before another is tried.
     #[arg(long, env = "NEREID_GATEWAY_CONNECT_TIMEOUT", value_parser = parse_millis, default_value = "1000")]
     pub connect_timeout_ms: Duration,
@@ -187,6 +213,14 @@ impl Args {
             max_body_bytes: self.max_body_bytes,
             max_in_flight_bytes: self.max_in_flight_bytes,
             max_streaming_calls_per_connection: self.max_streaming_calls_per_connection,
+        }
+    }
+
+    /// The bounds on requests held for models waking from zero.
+    pub fn hold_limits(&self) -> HoldLimits {
+        HoldLimits {
+            max_requests: self.max_held_requests_per_model,
+            max_bytes: self.max_held_bytes_per_model,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::activation::Activation;
 use crate::args::{Args, PickerKind};
 use crate::forward::{Upstream, UpstreamOptions};
 use crate::listen::Port;
@@ -17,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::namespace_tokens::NamespaceTokens;
 use crate::registry::Registry;
 use crate::router::Router;
+use crate::scale_up::ScaleUp;
 use crate::state::Gateway;
 use crate::{Ejection, Picker, PowerOfTwoChoices, RoundRobin, admin_front, discovery, http_front, listen};
 use anyhow::{Context as _, Result};
@@ -79,7 +81,8 @@ async fn run(args: Args) -> Result<()> {
             attempts: args.attempts.max(1),
             max_pod_connections: args.max_pod_connections,
         }),
-        metrics: Metrics::new(),
+        metrics: Arc::new(Metrics::new()),
+        activation: Activation::new(args.hold_limits()),
         limits: args.limits(),
         budget: MemoryBudget::new(args.max_in_flight_bytes),
         tokens,
@@ -153,6 +156,8 @@ async fn run(args: Args) -> Result<()> {
                 "serving the models of these namespaces"
             ),
         }
+        // A model scaled to zero is woken through the same client.
+        gateway.activation.set_waker(Arc::new(ScaleUp::new(client.clone())));
         let namespaces = args.namespaces.clone();
         tokio::spawn(async move {
             if let Err(error) = discovery::run(client, &namespaces, router).await {

@@ -9,13 +9,17 @@
 //! no new requests. An InferenceModel with `spec.canary` also has the
 //! endpoints of its `<name>-canary` Service, which get
 //! `spec.canary.trafficPercent` of its requests; once the spec drops the
-//! canary, they get none, before its pods are deleted. Every change recomputes the registry from the stores:
+//! canary, they get none, before its pods are deleted. An InferenceModel
+//! with `spec.autoscaling.minReplicas: 0` scales to zero: its requests are
+//! held while it wakes, for its `activationTimeout` at most
+//! ([`crate::activation`]). Every change recomputes the registry from the stores:
 //! a few hundred objects at most, and the registry keeps the load of every
 //! endpoint that stays.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use futures::StreamExt;
@@ -90,10 +94,11 @@ pub async fn run(client: Client, namespaces: &[String], router: Arc<Router>) -> 
         if listed.len() < watches {
             continue;
         }
-        let (models, endpoints, canaries) = snapshot(&stores);
-        router.update(|registry| apply(registry, &models, endpoints, &canaries));
+        let snapshot = snapshot(&stores);
+        let models = snapshot.models.len();
+        router.update(|registry| apply(registry, snapshot));
         if !router.synced() {
-            tracing::info!(models = models.len(), "discovery listed the cluster's models; ready");
+            tracing::info!(models, "discovery listed the cluster's models; ready");
             router.set_synced();
         }
     }
@@ -144,20 +149,37 @@ type Endpoints = BTreeMap<ModelKey, (Vec<Address>, usize)>;
 /// The models with a canary, and the percent of requests it gets.
 type Canaries = BTreeMap<ModelKey, u32>;
 
-/// Every model, the endpoints of those that have any, and the canaries.
-fn snapshot(stores: &Stores) -> (BTreeSet<ModelKey>, Endpoints, Canaries) {
+/// The models that scale to zero, and how long their requests may wait.
+type Sleepers = BTreeMap<ModelKey, Duration>;
+
+/// What the stores say: every model, the endpoints of those that have any,
+/// the canaries and the models that scale to zero.
+#[derive(Debug, Default)]
+struct Snapshot {
+    models: BTreeSet<ModelKey>,
+    endpoints: Endpoints,
+    canaries: Canaries,
+    sleepers: Sleepers,
+}
+
+/// The stores, read once.
+fn snapshot(stores: &Stores) -> Snapshot {
     let key = |namespace: Option<String>, name: String| ModelKey {
         namespace: namespace.unwrap_or_default(),
         name,
     };
     let mut models = BTreeSet::new();
     let mut canaries = Canaries::new();
+    let mut sleepers = Sleepers::new();
     for store in &stores.models {
         for model in store.state() {
             let model_key = key(model.namespace(), model.name_any());
             if let Some(canary) = &model.spec.canary {
                 let percent = u32::try_from(canary.traffic_percent.clamp(0, 100)).unwrap_or(0);
                 canaries.insert(model_key.clone(), percent);
+            }
+            if let Some(autoscaling) = model.spec.autoscaling.as_ref().filter(|a| a.scales_to_zero()) {
+                sleepers.insert(model_key.clone(), autoscaling.activation_timeout());
             }
             models.insert(model_key);
         }
@@ -178,7 +200,12 @@ fn snapshot(stores: &Stores) -> (BTreeSet<ModelKey>, Endpoints, Canaries) {
             *pods += total;
         }
     }
-    (models, endpoints, canaries)
+    Snapshot {
+        models,
+        endpoints,
+        canaries,
+        sleepers,
+    }
 }
 
 /// The ready, not terminating addresses of one slice, and how many
@@ -213,9 +240,15 @@ fn slice_endpoints(slice: &EndpointSlice) -> (Vec<Address>, usize) {
     (ready, listed.len())
 }
 
-/// Makes the registry hold exactly `models`, with their endpoints and
-/// canaries.
-fn apply(registry: &mut Registry, models: &BTreeSet<ModelKey>, mut endpoints: Endpoints, canaries: &Canaries) {
+/// Makes the registry hold exactly the snapshot's models, with their
+/// endpoints, canaries and activation timeouts.
+fn apply(registry: &mut Registry, snapshot: Snapshot) {
+    let Snapshot {
+        models,
+        mut endpoints,
+        canaries,
+        sleepers,
+    } = snapshot;
     let gone: Vec<ModelKey> = registry
         .models()
         .map(|(key, _)| key.clone())
@@ -224,7 +257,7 @@ fn apply(registry: &mut Registry, models: &BTreeSet<ModelKey>, mut endpoints: En
     for key in &gone {
         registry.remove(key);
     }
-    for model in models {
+    for model in &models {
         let (ready, pods) = endpoints.remove(model).unwrap_or_default();
         registry.set_endpoints(model.clone(), &ready, pods);
         let canary = canaries.get(model).map(|&percent| {
@@ -239,6 +272,7 @@ fn apply(registry: &mut Registry, models: &BTreeSet<ModelKey>, mut endpoints: En
             model,
             canary.as_ref().map(|(p, ready, pods)| (*p, ready.as_slice(), *pods)),
         );
+        registry.set_activation_timeout(model, sleepers.get(model).copied());
     }
 }
 
@@ -315,9 +349,11 @@ mod tests {
         let models = BTreeSet::from([key("resnet"), key("bert")]);
         apply(
             &mut registry,
-            &models,
-            BTreeMap::from([(key("resnet"), (address, 1)), (key("orphan"), (Vec::new(), 1))]),
-            &Canaries::new(),
+            Snapshot {
+                models,
+                endpoints: BTreeMap::from([(key("resnet"), (address, 1)), (key("orphan"), (Vec::new(), 1))]),
+                ..Snapshot::default()
+            },
         );
         assert!(registry.resolve("resnet").is_ok());
         assert_eq!(
@@ -330,9 +366,10 @@ mod tests {
         );
         apply(
             &mut registry,
-            &BTreeSet::from([key("bert")]),
-            BTreeMap::new(),
-            &Canaries::new(),
+            Snapshot {
+                models: BTreeSet::from([key("bert")]),
+                ..Snapshot::default()
+            },
         );
         assert!(matches!(
             registry.resolve("resnet"),
@@ -358,9 +395,12 @@ mod tests {
         let mut registry = Registry::new(None);
         apply(
             &mut registry,
-            &models,
-            endpoints(),
-            &Canaries::from([(key("resnet"), 25)]),
+            Snapshot {
+                models: models.clone(),
+                endpoints: endpoints(),
+                canaries: Canaries::from([(key("resnet"), 25)]),
+                ..Snapshot::default()
+            },
         );
         let (_, entry) = registry.resolve("resnet").unwrap();
         let served = entry.canary.as_ref().expect("a canary");
@@ -371,7 +411,52 @@ mod tests {
             "the canary's Service is not a model of its own"
         );
         // The spec drops the canary: its endpoints take no more requests.
-        apply(&mut registry, &models, endpoints(), &Canaries::new());
+        apply(
+            &mut registry,
+            Snapshot {
+                models,
+                endpoints: endpoints(),
+                ..Snapshot::default()
+            },
+        );
         assert!(registry.resolve("resnet").unwrap().1.canary.is_none());
+    }
+
+    #[test]
+    fn a_model_that_scales_to_zero_keeps_its_activation_timeout_across_updates() {
+        let key = ModelKey {
+            namespace: "ml".into(),
+            name: "sleepy".into(),
+        };
+        let models = BTreeSet::from([key.clone()]);
+        let sleepers = Sleepers::from([(key.clone(), Duration::from_secs(60))]);
+        let mut registry = Registry::new(None);
+        apply(
+            &mut registry,
+            Snapshot {
+                models: models.clone(),
+                sleepers: sleepers.clone(),
+                ..Snapshot::default()
+            },
+        );
+        let (_, entry) = registry.lookup("sleepy").unwrap();
+        assert_eq!(entry.activation_timeout, Some(Duration::from_secs(60)));
+        assert!(!entry.is_ready());
+        // Its pod comes up: still a model that scales to zero.
+        let ready = slice_endpoints(&slice(vec![endpoint("10.0.0.1", None, None)])).0;
+        registry.set_endpoints(key.clone(), &ready, 1);
+        assert_eq!(
+            registry.lookup("sleepy").unwrap().1.activation_timeout,
+            Some(Duration::from_secs(60))
+        );
+        // minReplicas back to 1: no longer.
+        apply(
+            &mut registry,
+            Snapshot {
+                models,
+                ..Snapshot::default()
+            },
+        );
+        assert_eq!(registry.lookup("sleepy").unwrap().1.activation_timeout, None);
     }
 }

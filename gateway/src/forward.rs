@@ -1,7 +1,8 @@
 //! Sending a request to a pod of its model: an endpoint picked per attempt,
 //! the pod's HTTP/2 connection from the [`Pool`], and a retry on another
 //! endpoint only when the request was not sent, so a request never runs
-//! twice.
+//! twice. A request for a model scaled to zero first waits for it to wake
+//! ([`crate::activation`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use http::{HeaderMap, Method, Request, Response, Uri, Version};
 use thiserror::Error;
 
 use crate::Protocol;
+use crate::activation::{Activation, WakeError};
 use crate::h2_body::{H2Body, Next, next_or_reset, send_paced};
 use crate::memory_budget::Charge;
 use crate::metrics::{Failure, Metrics};
@@ -56,6 +58,9 @@ pub struct Forward<'a> {
 pub enum ForwardError {
     #[error(transparent)]
     Route(#[from] RouteError),
+    /// A model scaled to zero that the request could not wait for.
+    #[error(transparent)]
+    Waking(#[from] WakeError),
     #[error("no endpoint of model {model} could be reached ({attempts} tried); the last said: {last}")]
     Unreachable {
         model: String,
@@ -98,8 +103,9 @@ impl Upstream {
     /// streaming, or why no pod could take it.
     pub async fn forward(
         &self,
-        router: &Router,
-        metrics: &Metrics,
+        router: &Arc<Router>,
+        metrics: &Arc<Metrics>,
+        activation: &Arc<Activation>,
         request: Forward<'_>,
     ) -> Result<Response<Reply>, ForwardError> {
         let Forward {
@@ -128,9 +134,30 @@ impl Upstream {
         let mut last_error = String::new();
         // The model's full name, once resolved (for errors after retries).
         let mut resolved: Option<Arc<str>> = None;
+        // Whether the request waited for its model to wake from zero.
+        let mut woke = false;
         loop {
             let route = match router.route(model, &tried) {
                 Ok(route) => route,
+                Err(RouteError::NoReadyEndpoints { .. })
+                    if tried.is_empty() && !woke && router.sleeper(model).is_some() =>
+                {
+                    // Asleep: held until a pod is ready (or it turned ready
+                    // since the check, and the loop routes it).
+                    if let Some(sleeper) = router.sleeper(model) {
+                        let bytes = match (&whole, &stream) {
+                            (Some(chunks), _) => chunks.iter().map(Bytes::len).sum(),
+                            (None, Some((head, _, _))) => head.iter().map(Bytes::len).sum(),
+                            (None, None) => 0,
+                        };
+                        if let Err(error) = activation.wait(router, metrics, &sleeper, bytes).await {
+                            metrics.failed(&sleeper.label, Failure::Waking);
+                            return Err(error.into());
+                        }
+                        woke = true;
+                    }
+                    continue;
+                }
                 Err(error) if tried.is_empty() => {
                     // A name that found no model is the client's text: it
                     // never becomes a label, or any client could grow the
@@ -189,6 +216,9 @@ impl Upstream {
                         route.endpoint.load.report_queue_depth(depth);
                     }
                     metrics.forwarded(&model_label, &route.endpoint.label, protocol);
+                    if woke {
+                        metrics.cold_start(&model_label, protocol, started.elapsed().as_secs_f64());
+                    }
                     let (mut parts, body) = response.into_parts();
                     strip_hop_by_hop(&mut parts.headers, protocol);
                     let latency = metrics.duration(&model_label, protocol);

@@ -346,6 +346,7 @@ fn forward_failure(error: &ForwardError) -> Response<Reply> {
         ForwardError::Route(RouteError::Unknown(_)) => Code::NotFound,
         ForwardError::Route(RouteError::Ambiguous { .. }) => Code::InvalidArgument,
         ForwardError::Route(RouteError::NoReadyEndpoints { .. })
+        | ForwardError::Waking(_)
         | ForwardError::Unreachable { .. }
         | ForwardError::Upstream { .. } => Code::Unavailable,
     };

@@ -275,9 +275,9 @@ fn forward_failure_as(error: &ForwardError, style: Style) -> Response<Reply> {
     let status = match error {
         ForwardError::Route(RouteError::Unknown(_)) => StatusCode::NOT_FOUND,
         ForwardError::Route(RouteError::Ambiguous { .. }) => StatusCode::BAD_REQUEST,
-        ForwardError::Route(RouteError::NoReadyEndpoints { .. }) | ForwardError::Unreachable { .. } => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        ForwardError::Route(RouteError::NoReadyEndpoints { .. })
+        | ForwardError::Waking(_)
+        | ForwardError::Unreachable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         ForwardError::Upstream { .. } => StatusCode::BAD_GATEWAY,
     };
     style.error(status, &error.to_string())

@@ -29,6 +29,8 @@
 //!
 //! - [`discovery`]: the registry kept up to date from InferenceModels,
 //!   ModelEnsembles and EndpointSlices.
+//! - [`activation`]: holding the requests of a model scaled to zero while
+//!   [`scale_up`] asks for a replica, bounded per model and in time.
 //! - [`forward`]: sending a request to a pod, retries when a pod cannot be
 //!   reached; [`pool`]: HTTP/2 connections to each pod (one until it is
 //!   full), driven through `h2` ([`h2_body`] says why), over corked
@@ -44,6 +46,7 @@
 //! - [`metrics`]: `nereid_gateway_*` for Prometheus.
 //! - [`command`]: the program: flags, the ports, discovery, shutdown.
 
+pub mod activation;
 pub mod admin_front;
 pub mod args;
 pub mod authorize;
@@ -70,6 +73,7 @@ pub mod registry;
 pub mod reply_body;
 pub mod request_body;
 pub mod router;
+pub mod scale_up;
 pub mod sniff;
 pub mod state;
 mod write_through;

@@ -18,6 +18,9 @@
 //! | request bytes buffered at once, all requests | `--max-in-flight-bytes` | 503 / RESOURCE_EXHAUSTED |
 //! | ModelStreamInfer calls open on one client connection | `--max-streaming-calls-per-connection` | RESOURCE_EXHAUSTED |
 //! | HTTP/2 connections to one pod | `--max-pod-connections` | 503 / UNAVAILABLE once they are all full |
+//! | requests held for one model waking from zero | `--max-held-requests-per-model` | 503 / UNAVAILABLE, "waking up" |
+//! | their body bytes | `--max-held-bytes-per-model` | 503 / UNAVAILABLE, "waking up" |
+//! | time a request is held for a model waking from zero | the model's `spec.autoscaling.activationTimeout` | 503 / UNAVAILABLE, "waking up" |
 //!
 //! Fixed bounds, not flags: HTTP/2 streams per client connection (1024,
 //! the pods' own limit), an HTTP/2 header list (16 KiB, gRPC C-core's hard
@@ -40,8 +43,10 @@ pub mod flag {
     pub const MAX_IN_FLIGHT_BYTES: &str = "--max-in-flight-bytes";
     pub const MAX_STREAMING_CALLS: &str = "--max-streaming-calls-per-connection";
     pub const MAX_POD_CONNECTIONS: &str = "--max-pod-connections";
+    pub const MAX_HELD_REQUESTS: &str = "--max-held-requests-per-model";
+    pub const MAX_HELD_BYTES: &str = "--max-held-bytes-per-model";
 
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 11] = [
         MAX_CONNECTIONS,
         HANDSHAKE_TIMEOUT,
         HEADER_READ_TIMEOUT,
@@ -51,6 +56,8 @@ pub mod flag {
         MAX_IN_FLIGHT_BYTES,
         MAX_STREAMING_CALLS,
         MAX_POD_CONNECTIONS,
+        MAX_HELD_REQUESTS,
+        MAX_HELD_BYTES,
     ];
 }
 

@@ -36,6 +36,9 @@ pub enum Failure {
     /// The request's bearer token does not open the model's namespace
     /// (`--namespace-token`).
     Unauthorized,
+    /// The model is waking from zero replicas and the request could not
+    /// wait for it: over the held bounds, or past its activation timeout.
+    Waking,
 }
 
 impl Failure {
@@ -49,6 +52,7 @@ impl Failure {
             Failure::Upstream => "upstream",
             Failure::Overloaded => "overloaded",
             Failure::Unauthorized => "unauthorized",
+            Failure::Waking => "waking",
         }
     }
 }
@@ -88,6 +92,9 @@ pub struct Metrics {
     duration: HistogramVec,
     outstanding: IntGaugeVec,
     queue_depth: IntGaugeVec,
+    held: IntGaugeVec,
+    activations: IntCounterVec,
+    cold_start: HistogramVec,
 }
 
 impl Metrics {
@@ -157,9 +164,39 @@ impl Metrics {
             &["model", "endpoint"],
         )
         .expect(valid);
+        let held = IntGaugeVec::new(
+            Opts::new(
+                "nereid_gateway_held_requests",
+                "Requests held for a model waking from zero replicas, by model.",
+            ),
+            &["model"],
+        )
+        .expect(valid);
+        let activations = IntCounterVec::new(
+            Opts::new(
+                "nereid_gateway_activations_total",
+                "Wake-ups of models scaled to zero: times the gateway set a model's replicas from 0 to 1.",
+            ),
+            &["model"],
+        )
+        .expect(valid);
+        let cold_start = HistogramVec::new(
+            HistogramOpts::new(
+                "nereid_gateway_cold_start_seconds",
+                "Time from the arrival of a request held for a model waking from zero to its answer's head.",
+            )
+            .buckets(vec![
+                0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0, 600.0,
+            ]),
+            &["model", "protocol"],
+        )
+        .expect(valid);
         let registry = Registry::new();
         for collector in [
-            Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(held.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(activations.clone()),
+            Box::new(cold_start.clone()),
+            Box::new(requests.clone()),
             Box::new(failures.clone()),
             Box::new(retries.clone()),
             Box::new(connections_closed.clone()),
@@ -180,7 +217,27 @@ impl Metrics {
             duration,
             outstanding,
             queue_depth,
+            held,
+            activations,
+            cold_start,
         }
+    }
+
+    /// The gauge of requests held for `model` while it wakes.
+    pub fn held(&self, model: &str) -> prometheus::IntGauge {
+        self.held.with_label_values(&[model])
+    }
+
+    /// The gateway set `model`'s replicas from 0 to 1.
+    pub fn activated(&self, model: &str) {
+        self.activations.with_label_values(&[model]).inc();
+    }
+
+    /// A request held while `model` woke got its answer's head after `seconds`.
+    pub fn cold_start(&self, model: &str, protocol: Protocol, seconds: f64) {
+        self.cold_start
+            .with_label_values(&[model, protocol.label()])
+            .observe(seconds);
     }
 
     pub fn forwarded(&self, model: &str, endpoint: &str, protocol: Protocol) {

@@ -12,12 +12,15 @@
 //! requests in flight and ejections survive an EndpointSlice change.
 //!
 //! A model with a canary has a second group of endpoints and the percent of
-//! its requests that go there ([`CanaryEntry`]).
+//! its requests that go there ([`CanaryEntry`]); a model that scales to zero
+//! has the time its requests may wait for it to wake
+//! ([`ModelEntry::activation_timeout`], [`crate::activation`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -75,6 +78,9 @@ pub struct ModelEntry {
     pub pods: usize,
     /// The model's canary, when its InferenceModel has one.
     pub canary: Option<CanaryEntry>,
+    /// A model that scales to zero (`minReplicas: 0`): how long a request
+    /// is held while it wakes (`activationTimeout`).
+    pub activation_timeout: Option<Duration>,
 }
 
 impl ModelEntry {
@@ -210,6 +216,7 @@ impl Registry {
                 loads,
                 pods,
                 canary: previous.canary,
+                activation_timeout: previous.activation_timeout,
             },
         ));
         namespaces.sort_by(|(a, _), (b, _)| a.namespace.cmp(&b.namespace));
@@ -238,6 +245,23 @@ impl Registry {
                 split: previous.split,
             }
         });
+    }
+
+    /// Sets whether a model scales to zero, and how long its requests wait
+    /// for it to wake; a model not in the registry is left alone.
+    pub fn set_activation_timeout(&mut self, model: &ModelKey, timeout: Option<Duration>) {
+        if let Some((_, entry)) = self
+            .models
+            .get_mut(&model.name)
+            .and_then(|holders| holders.iter_mut().find(|(key, _)| key == model))
+        {
+            entry.activation_timeout = timeout;
+        }
+    }
+
+    /// The model `requested` names, ready or not.
+    pub fn lookup(&self, requested: &str) -> Result<(&ModelKey, &ModelEntry), RouteError> {
+        self.find(requested)
     }
 
     /// Forgets a model that was deleted.

@@ -5,13 +5,14 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
+use tokio::sync::watch;
 
 use crate::load::{Ejection, EndpointLoad};
 use crate::picker::Picker;
-use crate::registry::{Address, Endpoint, ModelEntry, Registry, RouteError};
+use crate::registry::{Address, Endpoint, ModelEntry, ModelKey, Registry, RouteError};
 
 /// Where one attempt of a request goes.
 #[derive(Clone, Debug)]
@@ -38,6 +39,19 @@ pub struct Router {
     /// Discovery has listed everything once: until then "unknown model"
     /// may only mean "not seen yet", so the gateway is not ready.
     synced: AtomicBool,
+    /// Told after every registry update, so that requests held for a model
+    /// waking from zero look again ([`crate::activation`]).
+    updated: watch::Sender<()>,
+}
+
+/// A model that scales to zero, as a held request needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sleeper {
+    pub key: ModelKey,
+    /// `namespace/name`, for metrics and errors.
+    pub label: Arc<str>,
+    /// How long its requests may wait for it to wake.
+    pub activation_timeout: Duration,
 }
 
 impl Router {
@@ -47,7 +61,34 @@ impl Router {
             picker,
             ejection,
             synced: AtomicBool::new(false),
+            updated: watch::Sender::new(()),
         })
+    }
+
+    /// The model `requested` names, if it scales to zero and has no ready
+    /// endpoint now.
+    pub fn sleeper(&self, requested: &str) -> Option<Sleeper> {
+        let registry = self.registry.read();
+        let (key, entry) = registry.lookup(requested).ok()?;
+        let activation_timeout = entry.activation_timeout?;
+        (!entry.is_ready()).then(|| Sleeper {
+            key: key.clone(),
+            label: Arc::clone(&entry.label),
+            activation_timeout,
+        })
+    }
+
+    /// Whether the model `key` names has a ready endpoint.
+    pub fn is_ready(&self, key: &ModelKey) -> bool {
+        self.registry
+            .read()
+            .lookup(&key.to_string())
+            .is_ok_and(|(_, entry)| entry.is_ready())
+    }
+
+    /// A receiver told of every registry update from now on.
+    pub fn updates(&self) -> watch::Receiver<()> {
+        self.updated.subscribe()
     }
 
     /// Picks an endpoint of the model `requested` names, leaving out the
@@ -114,9 +155,12 @@ impl Router {
         &self.ejection
     }
 
-    /// Runs `f` with the registry locked for writing (discovery's updates).
+    /// Runs `f` with the registry locked for writing (discovery's updates),
+    /// then tells whoever waits for an update.
     pub fn update<T>(&self, f: impl FnOnce(&mut Registry) -> T) -> T {
-        f(&mut self.registry.write())
+        let result = f(&mut self.registry.write());
+        self.updated.send_replace(());
+        result
     }
 
     /// Runs `f` with the registry locked for reading (index, metrics).

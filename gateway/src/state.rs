@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{HeaderMap, Response};
 
+use crate::activation::Activation;
 use crate::authorize::{self, Refused};
 use crate::forward::{Forward, ForwardError, Upstream};
 use crate::limits::Limits;
@@ -18,7 +19,9 @@ use crate::router::{Route, Router};
 pub struct Gateway {
     pub router: Arc<Router>,
     pub upstream: Upstream,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
+    /// Requests held for models waking from zero ([`crate::activation`]).
+    pub activation: Arc<Activation>,
     /// What clients can make the gateway hold ([`crate::limits`]).
     pub limits: Limits,
     /// The request bytes buffered at once (`--max-in-flight-bytes`).
@@ -87,6 +90,8 @@ impl Gateway {
 
     /// Sends a request to a pod of its model ([`Upstream::forward`]).
     pub async fn forward(&self, request: Forward<'_>) -> Result<Response<Reply>, ForwardError> {
-        self.upstream.forward(&self.router, &self.metrics, request).await
+        self.upstream
+            .forward(&self.router, &self.metrics, &self.activation, request)
+            .await
     }
 }
