@@ -159,7 +159,7 @@ fn check_autoscaling(errors: &mut Errors, autoscaling: &Autoscaling) {
     }
     let second = std::time::Duration::from_secs(1);
     if let Some(after) = scale_to_zero_after
-        && !parse_duration(after).is_some_and(|d| d >= second)
+        && parse_duration(after).is_none_or(|d| d < second)
     {
         errors.push(format!("{} (got {after:?})", rules::SCALE_TO_ZERO_AFTER.message));
     }

@@ -128,7 +128,13 @@ fn scale_to_zero_settings_need_min_replicas_zero_and_sane_durations() {
     assert_eq!(asleep.scale_to_zero_after(), std::time::Duration::from_secs(90));
     assert_eq!(asleep.activation_timeout(), std::time::Duration::from_secs(120));
 
-    for (after, timeout) in [("0s", "60s"), ("5 minutes", "60s"), ("5m", "0s"), ("5m", "-1s"), ("5m", "11m")] {
+    for (after, timeout) in [
+        ("0s", "60s"),
+        ("5 minutes", "60s"),
+        ("5m", "0s"),
+        ("5m", "-1s"),
+        ("5m", "11m"),
+    ] {
         let mut bad = asleep.clone();
         bad.scale_to_zero_after = Some(after.into());
         bad.activation_timeout = Some(timeout.into());

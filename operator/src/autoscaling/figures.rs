@@ -343,15 +343,21 @@ mod tests {
         let t0 = Instant::now();
         let at = |secs: u64| t0 + Duration::from_secs(secs);
         let idle = counters(0.0, 5.0, 5.0, 0.0);
-        let mut quiet = |histories: &mut Histories, secs: u64, scrapes: &[PodScrape]| {
+        let quiet = |histories: &mut Histories, secs: u64, scrapes: &[PodScrape]| {
             histories.round(at(secs), scrapes)[&key("m")].quiet_for(at(secs))
         };
         assert_eq!(quiet(&mut histories, 0, &[scrape("m", "a", idle)]), Duration::ZERO);
-        assert_eq!(quiet(&mut histories, 10, &[scrape("m", "a", idle)]), Duration::from_secs(10));
+        assert_eq!(
+            quiet(&mut histories, 10, &[scrape("m", "a", idle)]),
+            Duration::from_secs(10)
+        );
         // A request answered.
         let answered = counters(0.0, 6.0, 6.0, 0.0);
         assert_eq!(quiet(&mut histories, 20, &[scrape("m", "a", answered)]), Duration::ZERO);
-        assert_eq!(quiet(&mut histories, 30, &[scrape("m", "a", answered)]), Duration::from_secs(10));
+        assert_eq!(
+            quiet(&mut histories, 30, &[scrape("m", "a", answered)]),
+            Duration::from_secs(10)
+        );
         // A request in flight.
         let pending = counters(0.0, 6.0, 6.0, 1.0);
         assert_eq!(quiet(&mut histories, 40, &[scrape("m", "a", pending)]), Duration::ZERO);
@@ -362,7 +368,10 @@ mod tests {
         let both = [scrape("m", "a", answered), starting];
         assert_eq!(quiet(&mut histories, 60, &both), Duration::ZERO);
         assert_eq!(quiet(&mut histories, 70, &both), Duration::ZERO, "still starting");
-        let ready = [scrape("m", "a", answered), scrape("m", "b", counters(0.0, 0.0, 0.0, 0.0))];
+        let ready = [
+            scrape("m", "a", answered),
+            scrape("m", "b", counters(0.0, 0.0, 0.0, 0.0)),
+        ];
         assert_eq!(quiet(&mut histories, 80, &ready), Duration::ZERO);
         assert_eq!(quiet(&mut histories, 90, &ready), Duration::from_secs(10));
         // A ready pod that did not answer is not known to be quiet.

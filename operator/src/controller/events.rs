@@ -55,7 +55,9 @@ pub fn transitions(previous: &[Condition], current: &[Condition]) -> Vec<Event> 
             _ => {}
         }
     }
-    if let Some(awake) = current.iter().find(|c| c.type_ == SCALED_TO_ZERO && c.status == "False")
+    if let Some(awake) = current
+        .iter()
+        .find(|c| c.type_ == SCALED_TO_ZERO && c.status == "False")
         && before(SCALED_TO_ZERO).is_some_and(|c| c.status == "True")
     {
         events.push(event(EventType::Normal, ACTIVATED, awake));
@@ -245,9 +247,19 @@ mod tests {
     #[test]
     fn a_scale_to_zero_and_a_wake_up_are_each_told_once() {
         let asleep = conditions(&[
-            (READY, "False", "ScaledToZero", "spec.replicas is 0: scaled to zero after 5m"),
+            (
+                READY,
+                "False",
+                "ScaledToZero",
+                "spec.replicas is 0: scaled to zero after 5m",
+            ),
             (DEGRADED, "False", "AsExpected", "no problem seen"),
-            (SCALED_TO_ZERO, "True", "ScaledToZero", "spec.replicas is 0: scaled to zero after 5m"),
+            (
+                SCALED_TO_ZERO,
+                "True",
+                "ScaledToZero",
+                "spec.replicas is 0: scaled to zero after 5m",
+            ),
         ]);
         let mut awake = available();
         awake.extend(conditions(&[(SCALED_TO_ZERO, "False", "Awake", "1 replicas wanted")]));

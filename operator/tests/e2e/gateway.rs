@@ -152,7 +152,7 @@ async fn canary(env: &Env, load: &Load, channel: &Channel) -> Result<()> {
         let mut client = client.clone();
         async move {
             for seed in 0..20 {
-                if add_sub(&mut client, seed).await? == "1" {
+                if add_sub(&mut client, MODEL, seed).await? == "1" {
                     return Ok(());
                 }
             }
@@ -163,7 +163,7 @@ async fn canary(env: &Env, load: &Load, channel: &Channel) -> Result<()> {
     let mut by_version: BTreeMap<String, u32> = BTreeMap::new();
     for seed in 0..2000 {
         *by_version
-            .entry(add_sub(&mut client, 100_000 + seed).await?)
+            .entry(add_sub(&mut client, MODEL, 100_000 + seed).await?)
             .or_default() += 1;
     }
     let to_canary = by_version.get("1").copied().unwrap_or(0);
@@ -204,7 +204,7 @@ async fn canary(env: &Env, load: &Load, channel: &Channel) -> Result<()> {
     patch(serde_json::json!({"spec": {"canary": null}})).await?;
     serving_only(env, &api, "1").await?;
     for seed in 0..50 {
-        let version = add_sub(&mut client, 200_000 + seed).await?;
+        let version = add_sub(&mut client, MODEL, 200_000 + seed).await?;
         ensure!(version == "1", "version {version} answered after the rollback");
     }
     println!(
@@ -443,7 +443,8 @@ impl Load {
                     let mut seed = sender;
                     while !stop.is_cancelled() {
                         seed += Self::SENDERS;
-                        let answer = tokio::time::timeout(Duration::from_secs(10), add_sub(&mut client, seed)).await;
+                        let answer =
+                            tokio::time::timeout(Duration::from_secs(10), add_sub(&mut client, MODEL, seed)).await;
                         match answer {
                             Ok(Ok(_)) => {
                                 ok.fetch_add(1, Ordering::Relaxed);
@@ -484,9 +485,9 @@ impl Load {
     }
 }
 
-/// One add/sub inference through the gateway, both outputs checked; the
-/// version that answered.
-async fn add_sub(client: &mut GrpcInferenceServiceClient<Channel>, seed: i32) -> Result<String> {
+/// One add/sub inference of `model` (the `simple` example under its name)
+/// through the gateway, both outputs checked; the version that answered.
+pub async fn add_sub(client: &mut GrpcInferenceServiceClient<Channel>, model: &str, seed: i32) -> Result<String> {
     let a: Vec<i32> = (0..16).map(|i| seed.wrapping_mul(31).wrapping_add(i)).collect();
     let b: Vec<i32> = (0..16).map(|i| i * 7 - seed % 1000).collect();
     let input = |name: &str, values: &[i32]| InferInputTensor {
@@ -500,7 +501,7 @@ async fn add_sub(client: &mut GrpcInferenceServiceClient<Channel>, seed: i32) ->
         ..InferInputTensor::default()
     };
     let request = ModelInferRequest {
-        model_name: MODEL.to_string(),
+        model_name: model.to_string(),
         id: seed.to_string(),
         inputs: vec![input("INPUT0", &a), input("INPUT1", &b)],
         ..ModelInferRequest::default()

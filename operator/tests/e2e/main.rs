@@ -51,6 +51,7 @@ mod process_node;
 mod procfs;
 mod rollout;
 mod s3;
+mod scale_to_zero;
 mod scaling;
 mod scoped;
 mod scrape_cost;
@@ -108,6 +109,9 @@ const SCENARIOS: &[(&str, Run)] = &[
     }),
     ("gateway_routes_each_request_to_a_ready_pod_of_its_model", |env| {
         Box::pin(gateway::run(env))
+    }),
+    ("a_model_at_zero_wakes_on_requests_through_the_gateway", |env| {
+        Box::pin(scale_to_zero::run(env))
     }),
     (
         "openai_clients_get_the_same_streamed_text_from_a_pod_and_the_gateway",
