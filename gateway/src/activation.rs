@@ -56,11 +56,11 @@ pub struct HoldLimits {
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum WakeError {
     #[error(
-        "model {model} is waking up from zero replicas and {held} requests already wait for it, the most \
+        "model {model} is waking up from zero replicas and {limit} requests already wait for it, the most \
          the gateway holds per model ({flag}): retry in a few seconds",
         flag = flag::MAX_HELD_REQUESTS
     )]
-    TooManyHeld { model: String, held: usize },
+    TooManyHeld { model: String, limit: usize },
     #[error(
         "model {model} is waking up from zero replicas and the requests waiting for it hold {held} bytes; \
          this one's {bytes} would pass the gateway's {limit} per model ({flag}): retry in a few seconds",
@@ -98,19 +98,21 @@ pub struct Activation {
 }
 
 /// One held request, counted against its model's bounds (and in its
-/// `nereid_gateway_held_requests` gauge) until dropped.
+/// `nereid_gateway_held_requests` gauge, once admitted) until dropped.
 #[derive(Debug)]
 pub struct Held {
     waiting: Arc<Waiting>,
     bytes: usize,
-    gauge: IntGauge,
+    gauge: Option<IntGauge>,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.waiting.requests.fetch_sub(1, Ordering::AcqRel);
         self.waiting.bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-        self.gauge.dec();
+        if let Some(gauge) = &self.gauge {
+            gauge.dec();
+        }
     }
 }
 
@@ -186,14 +188,17 @@ impl Activation {
         let waiting = Arc::clone(self.models.lock().entry(key.clone()).or_default());
         let held = waiting.requests.fetch_add(1, Ordering::AcqRel);
         let bytes_held = waiting.bytes.fetch_add(bytes, Ordering::AcqRel);
-        gauge.inc();
         // Counted first, so that two requests racing for the last slot
         // cannot both take it; undone (by the drop) when over.
-        let guard = Held { waiting, bytes, gauge };
+        let mut guard = Held {
+            waiting,
+            bytes,
+            gauge: None,
+        };
         if held >= self.limits.max_requests {
             return Err(WakeError::TooManyHeld {
                 model: model.to_string(),
-                held,
+                limit: self.limits.max_requests,
             });
         }
         if bytes_held + bytes > self.limits.max_bytes {
@@ -204,6 +209,8 @@ impl Activation {
                 limit: self.limits.max_bytes,
             });
         }
+        gauge.inc();
+        guard.gauge = Some(gauge);
         Ok(guard)
     }
 
@@ -310,37 +317,68 @@ mod tests {
         }
     }
 
-    fn sleeper(timeout: Duration) -> (Arc<Router>, Sleeper) {
-        let key = ModelKey {
-            namespace: "ml".into(),
-            name: "sleepy".into(),
-        };
-        let router = Router::new(
-            Registry::new(None),
-            Box::new(RoundRobin::default()),
-            Ejection::default(),
-        );
-        router.update(|r| {
-            r.set_endpoints(key.clone(), &[], 0);
-            r.set_activation_timeout(&key, Some(timeout));
-        });
-        let sleeper = router.sleeper("sleepy").expect("a sleeping model");
-        (router, sleeper)
+    /// A sleeping model `ml/sleepy`, its router, and an activation whose
+    /// waker makes it ready `ready_after` its first call (never: `None`).
+    struct Scene {
+        router: Arc<Router>,
+        sleeper: Sleeper,
+        activation: Arc<Activation>,
+        metrics: Arc<Metrics>,
+        calls: Arc<AtomicUsize>,
     }
 
-    fn activation(
-        router: &Arc<Router>,
-        ready_after: Option<Duration>,
-        limits: HoldLimits,
-    ) -> (Arc<Activation>, Arc<AtomicUsize>) {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let activation = Activation::new(limits);
-        activation.set_waker(Arc::new(Starter {
-            router: Arc::clone(router),
-            calls: Arc::clone(&calls),
-            ready_after,
-        }));
-        (activation, calls)
+    impl Scene {
+        fn new(timeout: Duration, ready_after: Option<Duration>, limits: HoldLimits) -> Scene {
+            let key = ModelKey {
+                namespace: "ml".into(),
+                name: "sleepy".into(),
+            };
+            let router = Router::new(
+                Registry::new(None),
+                Box::new(RoundRobin::default()),
+                Ejection::default(),
+            );
+            router.update(|r| {
+                r.set_endpoints(key.clone(), &[], 0);
+                r.set_activation_timeout(&key, Some(timeout));
+            });
+            let sleeper = router.sleeper("sleepy").expect("a sleeping model");
+            let calls = Arc::new(AtomicUsize::new(0));
+            let activation = Activation::new(limits);
+            activation.set_waker(Arc::new(Starter {
+                router: Arc::clone(&router),
+                calls: Arc::clone(&calls),
+                ready_after,
+            }));
+            Scene {
+                router,
+                sleeper,
+                activation,
+                metrics: Arc::new(Metrics::new()),
+                calls,
+            }
+        }
+
+        /// One request of `bytes` waiting for the model, on its own task.
+        fn park(&self, bytes: usize) -> tokio::task::JoinHandle<Result<Held, WakeError>> {
+            let (activation, router, metrics, sleeper) = (
+                Arc::clone(&self.activation),
+                Arc::clone(&self.router),
+                Arc::clone(&self.metrics),
+                self.sleeper.clone(),
+            );
+            tokio::spawn(async move { activation.wait(&router, &metrics, &sleeper, bytes).await })
+        }
+
+        async fn wait(&self, bytes: usize) -> Result<Held, WakeError> {
+            self.activation
+                .wait(&self.router, &self.metrics, &self.sleeper, bytes)
+                .await
+        }
+
+        fn held(&self) -> usize {
+            self.activation.held(&self.sleeper.key)
+        }
     }
 
     const ROOMY: HoldLimits = HoldLimits {
@@ -350,18 +388,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn held_requests_go_on_once_a_pod_is_ready_and_one_wake_up_is_asked() {
-        let (router, sleeper) = sleeper(Duration::from_secs(60));
-        let (activation, calls) = activation(&router, Some(Duration::from_secs(8)), ROOMY);
-        let metrics = Arc::new(Metrics::new());
-        let waits = (0..50).map(|_| {
-            let (activation, router, metrics, sleeper) = (
-                Arc::clone(&activation),
-                Arc::clone(&router),
-                Arc::clone(&metrics),
-                sleeper.clone(),
-            );
-            tokio::spawn(async move { activation.wait(&router, &metrics, &sleeper, 100).await })
-        });
+        let scene = Scene::new(Duration::from_secs(60), Some(Duration::from_secs(8)), ROOMY);
+        let waits: Vec<_> = (0..50).map(|_| scene.park(100)).collect();
         let started = tokio::time::Instant::now();
         let held: Vec<_> = futures::future::join_all(waits).await;
         assert!(
@@ -371,21 +399,19 @@ mod tests {
         for result in &held {
             assert!(result.as_ref().unwrap().is_ok(), "answered once the pod is ready");
         }
-        assert!(router.sleeper("sleepy").is_none(), "ready now");
-        assert_eq!(activation.held(&sleeper.key), 50, "counted until forwarded");
+        assert!(scene.router.sleeper("sleepy").is_none(), "ready now");
+        assert_eq!(scene.held(), 50, "counted until forwarded");
         drop(held);
-        assert_eq!(activation.held(&sleeper.key), 0);
+        assert_eq!(scene.held(), 0);
         // One replica asked for, then asked again every WAKE_AGAIN until ready.
-        let asked = calls.load(Ordering::Acquire);
+        let asked = scene.calls.load(Ordering::Acquire);
         assert!((1..=3).contains(&asked), "{asked} wake-ups");
     }
 
     #[tokio::test(start_paused = true)]
     async fn past_the_activation_timeout_the_request_is_told_the_model_is_waking() {
-        let (router, sleeper) = sleeper(Duration::from_secs(10));
-        let (activation, _) = activation(&router, None, ROOMY);
-        let metrics = Arc::new(Metrics::new());
-        let error = activation.wait(&router, &metrics, &sleeper, 0).await.unwrap_err();
+        let scene = Scene::new(Duration::from_secs(10), None, ROOMY);
+        let error = scene.wait(0).await.unwrap_err();
         assert_eq!(
             error,
             WakeError::TimedOut {
@@ -394,52 +420,38 @@ mod tests {
             }
         );
         assert!(error.to_string().contains("is waking up from zero replicas"));
-        assert_eq!(activation.held(&sleeper.key), 0, "nothing stays counted");
+        assert_eq!(scene.held(), 0, "nothing stays counted");
     }
 
     #[tokio::test(start_paused = true)]
     async fn over_the_bounds_requests_are_refused_at_once() {
-        let (router, sleeper) = sleeper(Duration::from_secs(30));
         let limits = HoldLimits {
             max_requests: 3,
             max_bytes: 1000,
         };
-        let (activation, _) = activation(&router, None, limits);
-        let metrics = Arc::new(Metrics::new());
-        let parked: Vec<_> = (0..3)
-            .map(|_| {
-                let (activation, router, metrics, sleeper) = (
-                    Arc::clone(&activation),
-                    Arc::clone(&router),
-                    Arc::clone(&metrics),
-                    sleeper.clone(),
-                );
-                tokio::spawn(async move { activation.wait(&router, &metrics, &sleeper, 100).await })
-            })
-            .collect();
+        let scene = Scene::new(Duration::from_secs(30), None, limits);
+        let parked: Vec<_> = (0..3).map(|_| scene.park(100)).collect();
         tokio::task::yield_now().await;
-        assert_eq!(activation.held(&sleeper.key), 3);
-        let error = activation.wait(&router, &metrics, &sleeper, 0).await.unwrap_err();
-        assert!(matches!(error, WakeError::TooManyHeld { held: 3, .. }), "{error}");
+        assert_eq!(scene.held(), 3);
+        let error = scene.wait(0).await.unwrap_err();
+        assert!(matches!(error, WakeError::TooManyHeld { limit: 3, .. }), "{error}");
         assert!(error.to_string().contains("--max-held-requests-per-model"));
-        assert_eq!(activation.held(&sleeper.key), 3, "the refused one is not counted");
+        assert_eq!(scene.held(), 3, "the refused one is not counted");
         for task in parked {
             task.abort();
         }
         tokio::task::yield_now().await;
-        assert_eq!(activation.held(&sleeper.key), 0);
+        assert_eq!(scene.held(), 0);
 
-        let error = activation.wait(&router, &metrics, &sleeper, 1001).await.unwrap_err();
+        let error = scene.wait(1001).await.unwrap_err();
         assert!(matches!(error, WakeError::TooManyBytes { bytes: 1001, .. }), "{error}");
         assert!(error.to_string().contains("--max-held-bytes-per-model"));
     }
 
     #[tokio::test]
     async fn without_a_cluster_nothing_is_held() {
-        let (router, sleeper) = sleeper(Duration::from_secs(30));
-        let activation = Activation::new(ROOMY);
-        let metrics = Arc::new(Metrics::new());
-        let error = activation.wait(&router, &metrics, &sleeper, 0).await.unwrap_err();
-        assert!(matches!(error, WakeError::NoWaker { .. }));
+        let mut scene = Scene::new(Duration::from_secs(30), None, ROOMY);
+        scene.activation = Activation::new(ROOMY);
+        assert!(matches!(scene.wait(0).await.unwrap_err(), WakeError::NoWaker { .. }));
     }
 }
