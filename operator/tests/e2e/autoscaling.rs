@@ -16,7 +16,6 @@ use kube::Api;
 use serde_json::Value;
 
 use nereid_operator::builders::service;
-use nereid_proto::keda::external_scaler_client::ExternalScalerClient;
 use nereid_proto::keda::{GetMetricsRequest, ScaledObjectRef};
 
 use crate::adapter_rules;
@@ -210,12 +209,7 @@ pub async fn run(env: &Env) -> Result<()> {
 /// pod: the trigger's metric spec, the live value, and whether the model is
 /// `active` (has work).
 async fn keda_sees(env: &Env, active: bool) -> Result<()> {
-    let replica = operator::replicas(env, OPERATOR_NAMESPACE, crate::env::RELEASE)
-        .await?
-        .into_iter()
-        .next()
-        .context("no operator pod")?;
-    let mut client = ExternalScalerClient::connect(format!("http://{}:9090", replica.ip)).await?;
+    let (replica, mut client) = operator::keda_scaler(env).await?;
     let scaled = ScaledObjectRef {
         name: MODEL.into(),
         namespace: NAMESPACE.into(),

@@ -12,6 +12,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
+use nereid_proto::keda::external_scaler_client::ExternalScalerClient;
+use tonic::transport::Channel;
 
 use crate::env::Env;
 use crate::procfs;
@@ -80,6 +82,19 @@ pub async fn pods(env: &Env, namespace: &str, release: &str) -> Result<Vec<Pod>>
 }
 
 /// The ready operator pods of the Helm release `release` in `namespace`.
+/// The chart's first operator replica and a client of its KEDA External
+/// Scaler service (the e2e values serve it in plaintext on 9090), as KEDA
+/// calls it.
+pub async fn keda_scaler(env: &Env) -> Result<(Replica, ExternalScalerClient<Channel>)> {
+    let replica = replicas(env, crate::env::OPERATOR_NAMESPACE, crate::env::RELEASE)
+        .await?
+        .into_iter()
+        .next()
+        .context("no operator pod")?;
+    let client = ExternalScalerClient::connect(format!("http://{}:9090", replica.ip)).await?;
+    Ok((replica, client))
+}
+
 pub async fn replicas(env: &Env, namespace: &str, release: &str) -> Result<Vec<Replica>> {
     pods(env, namespace, release)
         .await?

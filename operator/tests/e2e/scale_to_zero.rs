@@ -3,9 +3,9 @@
 //! quiet (a ScaledToZero condition, KEDA's IsActive false); 50 concurrent
 //! requests through the chart's gateway, half gRPC and half HTTP, are held
 //! while it wakes (IsActive true meanwhile) and all answered, with the cold
-//! start's p50 and max printed; asleep again, a flood of 10,000 requests is
-//! held up to the gateway's bound and the rest refused at once as "waking
-//! up", while the gateway's memory stays under its documented bound and
+//! start's p50 and max printed; asleep again, of a flood of 10,000
+//! requests no more than the gateway's bound are held at once and those
+//! over it are refused at once as "waking up", while the gateway's memory stays under its documented bound and
 //! another model keeps answering.
 
 use std::net::IpAddr;
@@ -14,12 +14,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Api;
+use kube::api::ListParams;
+use nereid_operator::builders::{labels, service};
 use nereid_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use nereid_proto::keda::ScaledObjectRef;
-use nereid_proto::keda::external_scaler_client::ExternalScalerClient;
 use tonic::transport::Channel;
 
-use crate::env::{Env, OPERATOR_NAMESPACE, RELEASE};
+use crate::env::Env;
 use crate::models::{self, ON_PROCESS_NODES, SMALL_CPU};
 use crate::simple_model::{self, BUCKET, NAMESPACE};
 use crate::{gateway, inference, operator, procfs, wait};
@@ -62,6 +65,7 @@ pub async fn run(env: &Env) -> Result<()> {
         let slept = asleep(env).await?;
         println!("e2e: {MODEL} scaled to zero {slept:.1?} after it was ready ({QUIET_SECS} s window)");
         ensure!(!keda_active(env).await?, "KEDA is told a sleeping model is active");
+        service_refuses(env).await?;
         wake_with_concurrent_requests(env, gateway).await?;
         let slept = asleep(env).await?;
         println!("e2e: {MODEL} asleep again {slept:.1?} after its last request");
@@ -73,13 +77,15 @@ pub async fn run(env: &Env) -> Result<()> {
     result
 }
 
-/// Waits for zero pods, `spec.replicas` 0 and the ScaledToZero condition;
-/// how long it took.
+/// Waits for `spec.replicas` 0, the ScaledToZero condition and no pod at
+/// all, the last one done draining; how long it took.
 async fn asleep(env: &Env) -> Result<Duration> {
     let started = Instant::now();
+    let all_pods = Api::<Pod>::namespaced(env.client.clone(), NAMESPACE);
+    let selector = format!("{}={MODEL}", labels::MODEL);
     wait::until("the model to scale to zero", Duration::from_secs(120), || async {
         let model = models::get(env, NAMESPACE, MODEL).await?;
-        let pods = models::pods(env, NAMESPACE, MODEL).await?;
+        let pods = all_pods.list(&ListParams::default().labels(&selector)).await?.items;
         let condition = models::condition(&model, "ScaledToZero").map(|c| (c.status.clone(), c.reason.clone()));
         ensure!(
             model.spec.replicas == Some(0) && pods.is_empty() && condition.as_ref().is_some_and(|(s, _)| s == "True"),
@@ -93,14 +99,60 @@ async fn asleep(env: &Env) -> Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// A client calling the sleeping model's own Service, not the gateway, is
+/// refused at once (kube-proxy rejects a Service with no endpoint), not
+/// left hanging.
+async fn service_refuses(env: &Env) -> Result<()> {
+    let cluster_ip: IpAddr = Api::<Service>::namespaced(env.client.clone(), NAMESPACE)
+        .get(MODEL)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("the Service has no ClusterIP")?
+        .parse()?;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let port = service::ports(&models::get(env, NAMESPACE, MODEL).await?).http;
+    let started = Instant::now();
+    let answer = http
+        .get(format!("http://{cluster_ip}:{port}/v2/models/{MODEL}/ready"))
+        .send()
+        .await;
+    match answer {
+        Err(error) if error.is_connect() => {
+            println!(
+                "e2e: the sleeping model's own Service refused the connection in {:.0?}",
+                started.elapsed()
+            );
+            Ok(())
+        }
+        other => {
+            let slices = env
+                .kubectl([
+                    "get",
+                    "endpointslices",
+                    "-n",
+                    NAMESPACE,
+                    "-l",
+                    &format!("kubernetes.io/service-name={MODEL}"),
+                    "-o",
+                    "yaml",
+                ])
+                .await?;
+            let replicas = models::get(env, NAMESPACE, MODEL).await?.spec.replicas;
+            bail!(
+                "a call to the sleeping model's Service {cluster_ip} got {other:?}, not a refusal; \
+                 spec.replicas now {replicas:?}; its EndpointSlices: {slices}"
+            )
+        }
+    }
+}
+
 /// KEDA's IsActive for the model, asked of an operator pod as KEDA asks.
 async fn keda_active(env: &Env) -> Result<bool> {
-    let replica = operator::replicas(env, OPERATOR_NAMESPACE, RELEASE)
-        .await?
-        .into_iter()
-        .next()
-        .context("no operator pod")?;
-    let mut client = ExternalScalerClient::connect(format!("http://{}:9090", replica.ip)).await?;
+    let (_, mut client) = operator::keda_scaler(env).await?;
     let scaled = ScaledObjectRef {
         name: MODEL.into(),
         namespace: NAMESPACE.into(),
@@ -206,8 +258,10 @@ async fn wake_with_concurrent_requests(env: &Env, gateway: IpAddr) -> Result<()>
 }
 
 /// 10,000 requests at once to the sleeping model: at most the held bound is
-/// held and answered, the rest refused at once as waking up; the gateway's
-/// memory stays under its bound and `simple` answers throughout.
+/// held at once, those over it are refused at once as waking up, and those
+/// sent once it is awake go through (on two cores the harness takes longer
+/// to send them all than the model takes to wake); the gateway's memory
+/// stays under its bound and `simple` answers throughout.
 async fn flood(gateway: IpAddr) -> Result<()> {
     let mut clients = Vec::new();
     for _ in 0..FLOOD_CONNECTIONS {
@@ -238,12 +292,15 @@ async fn flood(gateway: IpAddr) -> Result<()> {
             })
         })
         .collect();
-    // Meanwhile: the gateway's memory, and another model through it.
+    // Meanwhile: the gateway's memory and its held requests, and another
+    // model through it.
     let done = Arc::new(AtomicBool::new(false));
     let watcher = tokio::spawn({
         let done = Arc::clone(&done);
         async move {
-            let mut peak_kib = 0;
+            let (mut peak_kib, mut peak_held) = (0, 0.0f64);
+            let http = inference::client();
+            let held_series = format!("nereid_gateway_held_requests{{model=\"{NAMESPACE}/{MODEL}\"}}");
             while !done.load(Ordering::Relaxed) {
                 // The gateway's own processes, not those naming it (the
                 // operator's --gateway-url).
@@ -258,33 +315,48 @@ async fn flood(gateway: IpAddr) -> Result<()> {
                         peak_kib = peak_kib.max(rss);
                     }
                 }
+                let metrics = http.get(format!("http://{gateway}:8002/metrics")).send().await;
+                if let Ok(text) = async { metrics?.text().await }.await {
+                    let held = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix(&held_series)?.trim().parse::<f64>().ok());
+                    peak_held = peak_held.max(held.unwrap_or(0.0));
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            peak_kib
+            (peak_kib, peak_held)
         }
     });
     let http = inference::client();
+    let mut other = Vec::new();
     for seed in 0..20 {
+        let started = Instant::now();
         inference::add_sub_at(&http, &format!("http://{gateway}:8000"), simple_model::MODEL, seed)
             .await
             .context("the other model, during the flood")?;
+        other.push(started.elapsed());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    other.sort();
     for request in requests {
         request.await?;
     }
     done.store(true, Ordering::Relaxed);
-    let peak_kib = watcher.await?;
+    let (peak_kib, peak_held) = watcher.await?;
     let (ok, waking) = (
         ok.load(Ordering::Relaxed) as usize,
         waking.load(Ordering::Relaxed) as usize,
     );
     let others = std::mem::take(&mut *others.lock().unwrap());
     println!(
-        "e2e: flood of {FLOOD} requests to a model at zero: {ok} held and answered, {waking} refused as waking up, \
-         {} otherwise; gateway RSS peak {} MiB",
+        "e2e: flood of {FLOOD} requests to a model at zero: {ok} answered (held, or sent once it was awake), \
+         {waking} refused as waking up, {} otherwise; at most {peak_held} held at once (seen every 50 ms); \
+         gateway RSS peak {} MiB; {} answered meanwhile in {:.1?} at p50, {:.1?} at most",
         others.len(),
-        peak_kib / 1024
+        peak_kib / 1024,
+        simple_model::MODEL,
+        other[other.len() / 2],
+        other[other.len() - 1]
     );
     if !others.is_empty() {
         bail!(

@@ -167,10 +167,11 @@ pub async fn run(env: &Env) -> Result<()> {
 }
 
 /// An autoscaled model in the watched namespace becomes a ScaledObject that
-/// points KEDA at this release's External Scaler Service.
+/// points KEDA at this release's External Scaler Service; with
+/// minReplicas 0, KEDA takes it to zero after its scaleToZeroAfter.
 async fn keda_scaled_object(env: &Env, operator_name: &str) -> Result<()> {
-    let autoscaling = "  autoscaling:\n    minReplicas: 1\n    maxReplicas: 3\n    metric: pendingRequests\n    \
-                       target: \"4\"\n";
+    let autoscaling = "  autoscaling:\n    minReplicas: 0\n    maxReplicas: 3\n    metric: pendingRequests\n    \
+                       target: \"4\"\n    scaleToZeroAfter: 2m\n";
     let manifest = models::manifest_of(
         "keda-scaled",
         1,
@@ -191,7 +192,9 @@ async fn keda_scaled_object(env: &Env, operator_name: &str) -> Result<()> {
     ensure!(
         spec["scaleTargetRef"]["kind"] == "InferenceModel"
             && spec["scaleTargetRef"]["name"] == "keda-scaled"
+            && spec["minReplicaCount"] == 0
             && spec["maxReplicaCount"] == 3
+            && spec["cooldownPeriod"] == 120
             && trigger["type"] == "external"
             && trigger["metricType"] == "AverageValue"
             && trigger["metadata"]["scalerAddress"] == format!("{operator_name}-keda.{NAMESPACE}:9090")
