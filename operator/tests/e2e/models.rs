@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::ListParams;
@@ -109,6 +109,17 @@ pub async fn pods(env: &Env, namespace: &str, name: &str) -> Result<Vec<Pod>> {
         .into_iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .collect())
+}
+
+/// The ClusterIP of the model's Service (named like the model).
+pub async fn cluster_ip(env: &Env, namespace: &str, name: &str) -> Result<IpAddr> {
+    Ok(Api::<Service>::namespaced(env.client.clone(), namespace)
+        .get(name)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .with_context(|| format!("the Service {namespace}/{name} has no ClusterIP"))?
+        .parse()?)
 }
 
 /// The pod's IP.

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use nereid_operator::builders::{labels, service};
@@ -103,13 +103,7 @@ async fn asleep(env: &Env) -> Result<Duration> {
 /// refused at once (kube-proxy rejects a Service with no endpoint), not
 /// left hanging.
 async fn service_refuses(env: &Env) -> Result<()> {
-    let cluster_ip: IpAddr = Api::<Service>::namespaced(env.client.clone(), NAMESPACE)
-        .get(MODEL)
-        .await?
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .context("the Service has no ClusterIP")?
-        .parse()?;
+    let cluster_ip = models::cluster_ip(env, NAMESPACE, MODEL).await?;
     let http = reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(10))

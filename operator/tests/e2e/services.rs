@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, ResourceExt};
 use nereid_operator::builders::service::{self, Ports};
 
@@ -58,13 +58,7 @@ pub async fn run(env: &Env) -> Result<()> {
     }
 
     // The Service's name resolves to its ClusterIP inside a pod, short and in full.
-    let cluster_ip: IpAddr = Api::<Service>::namespaced(env.client.clone(), NAMESPACE)
-        .get(MODEL)
-        .await?
-        .spec
-        .and_then(|s| s.cluster_ip)
-        .context("the Service has no ClusterIP")?
-        .parse()?;
+    let cluster_ip = models::cluster_ip(env, NAMESPACE, MODEL).await?;
     for name in [MODEL.to_string(), format!("{MODEL}.{NAMESPACE}.svc.cluster.local")] {
         let answer = in_pod(&pods[0], &["getent", "hosts", &name]).await?;
         ensure!(
