@@ -251,6 +251,18 @@ async fn wake_with_concurrent_requests(env: &Env, gateway: IpAddr) -> Result<()>
     Ok(())
 }
 
+/// How one request of the flood ended.
+enum Outcome {
+    Answered,
+    /// Over the held bound, or past the activation timeout.
+    Waking,
+    /// Sent once the model was awake, past its pod's streams.
+    PodStreams,
+    /// Past the awake pod's queue.
+    PodQueue,
+    Failed(String),
+}
+
 /// 10,000 requests at once to the sleeping model: at most the held bound is
 /// held at once, those over it are refused at once as waking up; the
 /// gateway's memory stays under its bound and `simple` answers throughout.
@@ -259,17 +271,10 @@ async fn wake_with_concurrent_requests(env: &Env, gateway: IpAddr) -> Result<()>
 /// (probed every second) takes to wake: those sent once it is awake go to
 /// its one pod, which takes 4 x 1024 streams from the gateway
 /// (`--max-pod-connections`); past that they are refused as such, another
-/// documented bound, not a failure.
-/// How one request of the flood ended.
-enum Outcome {
-    Answered,
-    /// Over the held bound, or past the activation timeout.
-    Waking,
-    /// Sent once the model was awake, past its pod's streams.
-    PodStreams,
-    Failed(String),
-}
-
+/// documented bound, not a failure. The held requests, released together
+/// when it wakes, may also meet the pod's own queue (256 jobs per instance
+/// without a batcher): refused as "Exceeds maximum queue size", a third
+/// documented bound.
 async fn flood(gateway: IpAddr) -> Result<()> {
     let mut clients = Vec::new();
     for _ in 0..FLOOD_CONNECTIONS {
@@ -290,6 +295,11 @@ async fn flood(gateway: IpAddr) -> Result<()> {
                                 && s.message().contains("--max-pod-connections") =>
                         {
                             Outcome::PodStreams
+                        }
+                        Some(s)
+                            if s.code() == tonic::Code::Unavailable && s.message() == "Exceeds maximum queue size" =>
+                        {
+                            Outcome::PodQueue
                         }
                         _ => Outcome::Failed(format!("{error:#}")),
                     },
@@ -343,12 +353,13 @@ async fn flood(gateway: IpAddr) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     other.sort();
-    let (mut ok, mut waking, mut pod_streams, mut others) = (0, 0, 0, Vec::new());
+    let (mut ok, mut waking, mut pod_streams, mut pod_queue, mut others) = (0, 0, 0, 0, Vec::new());
     for request in requests {
         match request.await? {
             Outcome::Answered => ok += 1,
             Outcome::Waking => waking += 1,
             Outcome::PodStreams => pod_streams += 1,
+            Outcome::PodQueue => pod_queue += 1,
             Outcome::Failed(error) => others.push(error),
         }
     }
@@ -356,7 +367,8 @@ async fn flood(gateway: IpAddr) -> Result<()> {
     let (peak_kib, peak_held) = watcher.await?;
     println!(
         "e2e: flood of {FLOOD} requests to a model at zero: {ok} answered (held, or sent once it was awake), \
-         {waking} refused as waking up, {pod_streams} refused at the awake pod's stream limit, {} otherwise; \
+         {waking} refused as waking up, {pod_streams} refused at the awake pod's stream limit, \
+         {pod_queue} at its queue limit, {} otherwise; \
          at most {peak_held} held at once (seen every 50 ms); gateway RSS peak {} MiB; {} answered meanwhile \
          in {:.1?} at p50, {:.1?} at most",
         others.len(),
@@ -373,8 +385,8 @@ async fn flood(gateway: IpAddr) -> Result<()> {
         );
     }
     ensure!(
-        ok + waking + pod_streams == FLOOD,
-        "{ok} + {waking} + {pod_streams} of {FLOOD}"
+        ok + waking + pod_streams + pod_queue == FLOOD,
+        "{ok} + {waking} + {pod_streams} + {pod_queue} of {FLOOD}"
     );
     ensure!(
         ok > 0 && waking > 0,
