@@ -15,8 +15,10 @@ pub const MAX_PARAMETERS: usize = 64;
 /// The most inputs, or outputs, one request may name.
 pub const MAX_TENSORS: usize = 4096;
 
-/// Refuses a count over its limit, naming what was counted.
-pub fn check(what: &str, count: usize, limit: usize) -> Result<()> {
+/// Refuses a count over its limit, naming what was counted. `what` is
+/// formatted only for a refusal (`format_args!` costs nothing until then),
+/// since it is checked for every tensor of every request.
+pub fn check(what: impl std::fmt::Display, count: usize, limit: usize) -> Result<()> {
     if count > limit {
         return Err(Error::invalid(format!(
             "{what}: {count} is more than the limit of {limit}"

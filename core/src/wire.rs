@@ -35,19 +35,19 @@ fn check_limits(message: &ModelInferRequest) -> Result<()> {
     check("parameters of a request", message.parameters.len(), MAX_PARAMETERS)?;
     for input in &message.inputs {
         check(
-            &format!("dimensions of input '{}'", input.name),
+            format_args!("dimensions of input '{}'", input.name),
             input.shape.len(),
             MAX_DIMS,
         )?;
         check(
-            &format!("parameters of input '{}'", input.name),
+            format_args!("parameters of input '{}'", input.name),
             input.parameters.len(),
             MAX_PARAMETERS,
         )?;
     }
     for output in &message.outputs {
         check(
-            &format!("parameters of output '{}'", output.name),
+            format_args!("parameters of output '{}'", output.name),
             output.parameters.len(),
             MAX_PARAMETERS,
         )?;
