@@ -16,12 +16,15 @@
 //! the message limit, whatever the budget.
 //!
 //! Unary calls must also arrive whole within the body timeout; streams are
-//! long-lived by design and are not timed.
+//! long-lived by design and are not timed. The timer is armed only when the
+//! body first has to be waited for: a unary message that came with its
+//! headers, as almost all do, never touches the runtime's timer wheel (an
+//! insertion and a removal under its lock, per request).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -156,7 +159,10 @@ where
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let account = BodyAccount(Arc::new(Mutex::new(self.layer.budget.reservation())));
-        let deadline = (!is_stream(request.uri().path())).then_some(self.layer.unary_timeout);
+        let deadline = match is_stream(request.uri().path()) {
+            true => Deadline::Untimed,
+            false => Deadline::Unarmed(self.layer.unary_timeout),
+        };
         let allowance: Arc<dyn DecodeAllowance> = Arc::new(CallAllowance {
             account: account.clone(),
             max_decoded: self.layer.max_decoded,
@@ -167,7 +173,7 @@ where
         let body = tonic::body::Body::new(BudgetedBody {
             inner: body,
             account,
-            deadline: deadline.map(|d| (Box::pin(tokio::time::sleep(d)), d)),
+            deadline,
         });
         Box::pin(with_allowance(
             allowance,
@@ -180,7 +186,33 @@ where
 struct BudgetedBody {
     inner: tonic::body::Body,
     account: BodyAccount,
-    deadline: Option<(Pin<Box<Sleep>>, Duration)>,
+    deadline: Deadline,
+}
+
+/// A unary body's timeout, counted from when it first has to be waited for
+/// (microseconds after the call's headers, when the handler first reads).
+enum Deadline {
+    /// A stream's body, or a timeout that has fired.
+    Untimed,
+    Unarmed(Duration),
+    Armed(Pin<Box<Sleep>>, Duration),
+}
+
+impl Deadline {
+    /// Called when the body has nothing ready: arms the timer if it is not
+    /// yet, and says when it has fired.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Duration> {
+        if let Deadline::Unarmed(after) = *self {
+            *self = Deadline::Armed(Box::pin(tokio::time::sleep(after)), after);
+        }
+        let Deadline::Armed(sleep, after) = self else {
+            return Poll::Pending;
+        };
+        let after = *after;
+        ready!(sleep.as_mut().poll(cx));
+        *self = Deadline::Untimed;
+        Poll::Ready(after)
+    }
 }
 
 impl Body for BudgetedBody {
@@ -189,21 +221,17 @@ impl Body for BudgetedBody {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, tonic::Status>>> {
         let this = self.get_mut();
-        if let Some((sleep, after)) = &mut this.deadline
-            && sleep.as_mut().poll(cx).is_ready()
-        {
-            let after = *after;
-            this.deadline = None;
-            return Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(format!(
-                "the request message did not arrive within {} s (--grpc-body-timeout-secs)",
-                after.as_secs()
-            )))));
-        }
         let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => frame,
             Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
             Poll::Ready(None) => return Poll::Ready(None),
-            Poll::Pending => return Poll::Pending,
+            Poll::Pending => {
+                let after = ready!(this.deadline.poll_expired(cx));
+                return Poll::Ready(Some(Err(tonic::Status::deadline_exceeded(format!(
+                    "the request message did not arrive within {} s (--grpc-body-timeout-secs)",
+                    after.as_secs()
+                )))));
+            }
         };
         if let Some(data) = frame.data_ref()
             && let Err(exhausted) = this.account.0.lock().grow(data.len())
@@ -219,5 +247,59 @@ impl Body for BudgetedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::poll_fn;
+
+    use futures::StreamExt;
+
+    use super::*;
+
+    fn budgeted(inner: tonic::body::Body, deadline: Deadline) -> BudgetedBody {
+        BudgetedBody {
+            inner,
+            account: BodyAccount(Arc::new(Mutex::new(MemoryBudget::new(1 << 20).reservation()))),
+            deadline,
+        }
+    }
+
+    async fn next(body: &mut BudgetedBody) -> Option<Result<Frame<Bytes>, tonic::Status>> {
+        poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await
+    }
+
+    /// A body that sends its first frame, then nothing.
+    fn stalled() -> tonic::body::Body {
+        let frames = futures::stream::iter([Ok::<_, tonic::Status>(Frame::data(Bytes::from_static(b"x")))])
+            .chain(futures::stream::pending());
+        tonic::body::Body::new(http_body_util::StreamBody::new(frames))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_unary_body_that_stalls_ends_with_deadline_exceeded_after_the_timeout() {
+        let started = tokio::time::Instant::now();
+        let mut body = budgeted(stalled(), Deadline::Unarmed(Duration::from_secs(60)));
+        let first = next(&mut body).await.expect("a frame").expect("the first frame");
+        assert_eq!(first.into_data().unwrap(), Bytes::from_static(b"x"));
+        // What arrived at once armed no timer.
+        assert!(matches!(body.deadline, Deadline::Unarmed(_)));
+        let error = next(&mut body).await.expect("an error").unwrap_err();
+        assert_eq!(error.code(), tonic::Code::DeadlineExceeded);
+        assert!(
+            error.message().contains("--grpc-body-timeout-secs"),
+            "{}",
+            error.message()
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_body_is_not_timed() {
+        let mut body = budgeted(stalled(), Deadline::Untimed);
+        next(&mut body).await.expect("a frame").expect("the first frame");
+        let waited = tokio::time::timeout(Duration::from_secs(3600), next(&mut body)).await;
+        assert!(waited.is_err(), "a stream's body ended: {waited:?}");
     }
 }
