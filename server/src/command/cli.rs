@@ -301,6 +301,7 @@ impl GrpcArgs {
             keepalive_timeout: Duration::from_millis(self.grpc_keepalive_timeout),
             http2_idle_timeout: Duration::from_secs(args.http2_idle_timeout_secs),
             first_request_timeout: Duration::from_secs(args.handshake_timeout_secs),
+            http2_date_header: false,
         }
     }
 }
@@ -318,6 +319,7 @@ impl HttpArgs {
     pub fn serve_options(&self, grpc: &GrpcArgs, args: &Args) -> ServeOptions {
         ServeOptions {
             http1_header_timeout: Some(Duration::from_secs(self.http_header_read_timeout_secs)),
+            http2_date_header: true,
             ..grpc.serve_options(args)
         }
     }

@@ -244,6 +244,7 @@ async fn serve_progress(port: u16, progress: Arc<FetchProgress>) {
         keepalive_timeout: PROGRESS_CLIENT_TIMEOUT,
         http2_idle_timeout: Duration::from_secs(60),
         first_request_timeout: PROGRESS_CLIENT_TIMEOUT,
+        http2_date_header: true,
     };
     tokio::spawn(transport::serve(
         Acceptor::new("progress", listener, limits, None),

@@ -53,6 +53,11 @@ pub struct ServeOptions {
     /// ...and its first request must start within this (the handshake
     /// deadline, `--handshake-timeout-secs`).
     pub first_request_timeout: Duration,
+    /// For HTTP/2: whether answers carry a `Date` header. HTTP requires it
+    /// of an origin server with a clock; gRPC servers (Triton's among them)
+    /// send none, and on a small call it is a clock read and a header to
+    /// encode per answer.
+    pub http2_date_header: bool,
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and lets the open
@@ -100,6 +105,7 @@ where
                 .max_concurrent_streams(options.max_concurrent_streams)
                 .keep_alive_interval(Some(options.keepalive))
                 .keep_alive_timeout(options.keepalive_timeout)
+                .auto_date_header(options.http2_date_header)
                 .serve_connection(TokioIo::new(io), service);
             let idle = Some((activity, options.http2_idle_timeout));
             let conn = Supervised::new(conn, drained, idle, options.first_request_timeout);
