@@ -3,11 +3,12 @@
 # measuring one change to the request path against the machine's noise.
 #
 #   bench/ab.sh [--protocol http|grpc] [--rounds N] [--model M] [--concurrency LIST]
-#               [--unpinned] BINARY...
+#               [--width W] [--one-connection] [--unpinned] BINARY...
 #
 # Each round starts the echo server, then each BINARY in turn (on
 # examples/models), pinned to core 0 with nereid-perf on core 1, and measures
-# the model (identity unless --model says, FP32[1,256] INPUT0) at
+# the model (identity unless --model says, FP32[1,W] INPUT0, W 256 unless
+# --width says; --one-connection: every worker on one HTTP/2 connection) at
 # concurrency 1 and 32 (or --concurrency): throughput, p50 and the server's
 # CPU per request (from /proc). --unpinned runs both on every core, as
 # bench/run.sh runs the MLPs (ONNX Runtime wants both). Alternating the binaries within a
@@ -19,19 +20,22 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-protocol=http rounds=1 interval=1500 model=identity concurrency=1,32 server_cpu=(taskset -c 0) perf_cpu=(taskset -c 1)
+protocol=http rounds=1 interval=1500 model=identity concurrency=1,32 width=256 connections=()
+server_cpu=(taskset -c 0) perf_cpu=(taskset -c 1)
 while [ $# -gt 0 ]; do
     case $1 in
         --protocol) protocol=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
         --model) model=$2; shift 2 ;;
         --concurrency) concurrency=$2; shift 2 ;;
+        --width) width=$2; shift 2 ;;
+        --one-connection) connections=(--one-connection); shift ;;
         --unpinned) server_cpu=() perf_cpu=(); shift ;;
         *) break ;;
     esac
 done
 if [ $# -eq 0 ]; then
-    echo "usage: bench/ab.sh [--protocol http|grpc] [--rounds N] [--model M] [--concurrency LIST] [--unpinned] BINARY..." >&2
+    echo "usage: bench/ab.sh [--protocol http|grpc] [--rounds N] [--model M] [--concurrency LIST] [--width W] [--one-connection] [--unpinned] BINARY..." >&2
     exit 2
 fi
 source "$repo/scripts/setup.sh"
@@ -52,7 +56,7 @@ source "$repo/bench/serve.sh"
 measure() {
     local name=$1 address=$2 model=$3; shift 3
     "${perf_cpu[@]}" "$bin/nereid-perf" --protocol "$protocol" -u "$address" -m "$model" --server-pid "$pid" \
-        --shape INPUT0:1,256 --concurrency-list "$concurrency" --measurement-interval "$interval" "$@" 2>&1 \
+        --shape "INPUT0:1,$width" "${connections[@]}" --concurrency-list "$concurrency" --measurement-interval "$interval" "$@" 2>&1 \
         | grep -E '^ +c=[0-9]+:' | sed "s|^|$name |"
 }
 
@@ -60,7 +64,7 @@ stop() { kill -TERM "$pid"; wait "$pid" || true; pid=; }
 
 for round in $(seq 1 "$rounds"); do
     echo "== round $round ($protocol)"
-    "${server_cpu[@]}" "$bin/nereid-echo" --address 127.0.0.1 --http-port 0 --grpc-port 0 --input INPUT0:FP32:-1,256 \
+    "${server_cpu[@]}" "$bin/nereid-echo" --address 127.0.0.1 --http-port 0 --grpc-port 0 --input "INPUT0:FP32:-1,$width" \
         >"$log/echo.log" 2>&1 &
     pid=$!
     line=$(wait_for_line "$log/echo.log" "listening")
