@@ -141,14 +141,16 @@ impl Activation {
 
     /// Holds a request of `bytes` for `sleeper` until one of its pods is
     /// ready: asks for a replica, then waits for the router to have a ready
-    /// endpoint, for the model's activation timeout at most. The returned
-    /// [`Held`] stays counted until the caller drops it (once forwarded).
+    /// endpoint, until `deadline` at most (the model's activation timeout
+    /// after the request was first held: [`Sleeper::deadline`]). The
+    /// returned [`Held`] stays counted until the caller drops it.
     pub async fn wait(
         self: &Arc<Self>,
         router: &Arc<Router>,
         metrics: &Arc<Metrics>,
         sleeper: &Sleeper,
         bytes: usize,
+        deadline: tokio::time::Instant,
     ) -> Result<Held, WakeError> {
         let model = sleeper.label.to_string();
         let Some(waker) = self.waker.get().cloned() else {
@@ -161,7 +163,6 @@ impl Activation {
         let mut updates = router.updates();
         let held = self.hold(&sleeper.key, &model, bytes, metrics.held(&sleeper.label))?;
         self.keep_waking(router, metrics, waker, sleeper);
-        let deadline = tokio::time::Instant::now() + sleeper.activation_timeout;
         let outcome = loop {
             if router.is_ready(&sleeper.key) {
                 break Ok(());
@@ -282,6 +283,7 @@ mod tests {
     use crate::load::Ejection;
     use crate::picker::RoundRobin;
     use crate::registry::{Address, Registry};
+    use crate::router::Routed;
 
     /// A waker that counts its calls and makes the model ready after a
     /// delay, as a pod starting would.
@@ -342,7 +344,9 @@ mod tests {
                 r.set_endpoints(key.clone(), &[], 0);
                 r.set_activation_timeout(&key, Some(timeout));
             });
-            let sleeper = router.sleeper("sleepy").expect("a sleeping model");
+            let Ok(Routed::Hold(sleeper)) = router.route("sleepy", &[]) else {
+                panic!("a sleeping model is held for");
+            };
             let calls = Arc::new(AtomicUsize::new(0));
             let activation = Activation::new(limits);
             activation.set_waker(Arc::new(Starter {
@@ -367,12 +371,21 @@ mod tests {
                 Arc::clone(&self.metrics),
                 self.sleeper.clone(),
             );
-            tokio::spawn(async move { activation.wait(&router, &metrics, &sleeper, bytes).await })
+            tokio::spawn(async move {
+                let deadline = sleeper.deadline();
+                activation.wait(&router, &metrics, &sleeper, bytes, deadline).await
+            })
         }
 
         async fn wait(&self, bytes: usize) -> Result<Held, WakeError> {
             self.activation
-                .wait(&self.router, &self.metrics, &self.sleeper, bytes)
+                .wait(
+                    &self.router,
+                    &self.metrics,
+                    &self.sleeper,
+                    bytes,
+                    self.sleeper.deadline(),
+                )
                 .await
         }
 
@@ -399,7 +412,10 @@ mod tests {
         for result in &held {
             assert!(result.as_ref().unwrap().is_ok(), "answered once the pod is ready");
         }
-        assert!(scene.router.sleeper("sleepy").is_none(), "ready now");
+        assert!(
+            matches!(scene.router.route("sleepy", &[]), Ok(Routed::To(_))),
+            "ready now"
+        );
         assert_eq!(scene.held(), 50, "counted until forwarded");
         drop(held);
         assert_eq!(scene.held(), 0);

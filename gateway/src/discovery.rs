@@ -355,13 +355,11 @@ mod tests {
                 ..Snapshot::default()
             },
         );
-        assert!(registry.resolve("resnet").is_ok());
-        assert_eq!(
-            registry.resolve("bert").unwrap_err().to_string(),
-            "no ready replicas of model ml/bert: 0/0 ready"
-        );
+        assert!(registry.lookup("resnet").unwrap().1.is_ready());
+        let (_, bert) = registry.lookup("bert").unwrap();
+        assert_eq!((bert.is_ready(), bert.all_pods()), (false, 0));
         assert!(
-            registry.resolve("orphan").is_err(),
+            registry.lookup("orphan").is_err(),
             "a Service without its model is not served"
         );
         apply(
@@ -372,7 +370,7 @@ mod tests {
             },
         );
         assert!(matches!(
-            registry.resolve("resnet"),
+            registry.lookup("resnet"),
             Err(crate::registry::RouteError::Unknown(_))
         ));
     }
@@ -402,12 +400,12 @@ mod tests {
                 ..Snapshot::default()
             },
         );
-        let (_, entry) = registry.resolve("resnet").unwrap();
+        let (_, entry) = registry.lookup("resnet").unwrap();
         let served = entry.canary.as_ref().expect("a canary");
         assert_eq!((served.percent, served.pods), (25, 2));
         assert_eq!(served.endpoints[0].address, canary[0]);
         assert!(
-            registry.resolve("resnet-canary").is_err(),
+            registry.lookup("resnet-canary").is_err(),
             "the canary's Service is not a model of its own"
         );
         // The spec drops the canary: its endpoints take no more requests.
@@ -419,7 +417,7 @@ mod tests {
                 ..Snapshot::default()
             },
         );
-        assert!(registry.resolve("resnet").unwrap().1.canary.is_none());
+        assert!(registry.lookup("resnet").unwrap().1.canary.is_none());
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::metrics::{Failure, Metrics};
 use crate::pool::{self, Pool, SendError, StreamSlot};
 use crate::registry::{Address, RouteError};
 use crate::reply_body::{Answer, Reply};
-use crate::router::Router;
+use crate::router::{Routed, Router};
 
 /// A request's body as the front end read it.
 #[derive(Debug)]
@@ -134,28 +134,29 @@ impl Upstream {
         let mut last_error = String::new();
         // The model's full name, once resolved (for errors after retries).
         let mut resolved: Option<Arc<str>> = None;
-        // Whether the request waited for its model to wake from zero.
+        // Whether the request waited for its model to wake from zero, and
+        // until when it may: from when it was first held. A pod that turns
+        // unready again just after it woke (its readiness probe failed
+        // under the burst the held requests make) holds the request again,
+        // within the same timeout.
         let mut woke = false;
+        let mut hold_until = None;
         loop {
             let route = match router.route(model, &tried) {
-                Ok(route) => route,
-                Err(RouteError::NoReadyEndpoints { .. })
-                    if tried.is_empty() && !woke && router.sleeper(model).is_some() =>
-                {
-                    // Asleep: held until a pod is ready (or it turned ready
-                    // since the check, and the loop routes it).
-                    if let Some(sleeper) = router.sleeper(model) {
-                        let bytes = match (&whole, &stream) {
-                            (Some(chunks), _) => chunks.iter().map(Bytes::len).sum(),
-                            (None, Some((head, _, _))) => head.iter().map(Bytes::len).sum(),
-                            (None, None) => 0,
-                        };
-                        if let Err(error) = activation.wait(router, metrics, &sleeper, bytes).await {
-                            metrics.failed(&sleeper.label, Failure::Waking);
-                            return Err(error.into());
-                        }
-                        woke = true;
+                Ok(Routed::To(route)) => route,
+                // Asleep: held until a pod is ready, then routed again.
+                Ok(Routed::Hold(sleeper)) => {
+                    let bytes = match (&whole, &stream) {
+                        (Some(chunks), _) => chunks.iter().map(Bytes::len).sum(),
+                        (None, Some((head, _, _))) => head.iter().map(Bytes::len).sum(),
+                        (None, None) => 0,
+                    };
+                    let deadline = *hold_until.get_or_insert_with(|| sleeper.deadline());
+                    if let Err(error) = activation.wait(router, metrics, &sleeper, bytes, deadline).await {
+                        metrics.failed(&sleeper.label, Failure::Waking);
+                        return Err(error.into());
                     }
+                    woke = true;
                     continue;
                 }
                 Err(error) if tried.is_empty() => {

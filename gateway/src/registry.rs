@@ -226,12 +226,7 @@ impl Registry {
     /// every address it already had; a model not in the registry is left
     /// alone.
     pub fn set_canary(&mut self, model: &ModelKey, canary: Option<(u32, &[Address], usize)>) {
-        let Some(entry) = self
-            .models
-            .get_mut(&model.name)
-            .and_then(|holders| holders.iter_mut().find(|(key, _)| key == model))
-            .map(|(_, entry)| entry)
-        else {
+        let Some(entry) = self.entry_mut(model) else {
             return;
         };
         entry.canary = canary.map(|(percent, ready, pods)| {
@@ -250,13 +245,20 @@ impl Registry {
     /// Sets whether a model scales to zero, and how long its requests wait
     /// for it to wake; a model not in the registry is left alone.
     pub fn set_activation_timeout(&mut self, model: &ModelKey, timeout: Option<Duration>) {
-        if let Some((_, entry)) = self
-            .models
-            .get_mut(&model.name)
-            .and_then(|holders| holders.iter_mut().find(|(key, _)| key == model))
-        {
+        if let Some(entry) = self.entry_mut(model) {
             entry.activation_timeout = timeout;
         }
+    }
+
+    /// The model `key` names exactly (not as a request would name it).
+    pub fn entry(&self, model: &ModelKey) -> Option<&ModelEntry> {
+        let holders = self.models.get(&model.name)?;
+        holders.iter().find(|(key, _)| key == model).map(|(_, entry)| entry)
+    }
+
+    fn entry_mut(&mut self, model: &ModelKey) -> Option<&mut ModelEntry> {
+        let holders = self.models.get_mut(&model.name)?;
+        holders.iter_mut().find(|(key, _)| key == model).map(|(_, entry)| entry)
     }
 
     /// The model `requested` names, ready or not.
@@ -313,20 +315,8 @@ impl Registry {
             .find(|(key, entry)| entry.is_ready() && allowed(&key.namespace))
     }
 
-    /// The model `requested` names, with at least one ready endpoint.
-    pub fn resolve(&self, requested: &str) -> Result<(&ModelKey, &ModelEntry), RouteError> {
-        let (key, entry) = self.find(requested)?;
-        if !entry.is_ready() {
-            return Err(RouteError::NoReadyEndpoints {
-                model: key.to_string(),
-                pods: entry.all_pods(),
-            });
-        }
-        Ok((key, entry))
-    }
-
     /// Where `requested` leads, without looking at readiness: the same
-    /// choice [`Self::resolve`] makes.
+    /// choice [`Self::lookup`] makes.
     pub fn destination<'a>(&'a self, requested: &'a str) -> Destination<'a> {
         if let Some((namespace, _)) = requested.split_once('/') {
             return Destination::Named { namespace };
@@ -424,31 +414,31 @@ mod tests {
     #[test]
     fn qualified_names_and_unique_names_resolve() {
         let registry = registry(None);
-        let (found, entry) = registry.resolve("team/resnet").unwrap();
+        let (found, entry) = registry.lookup("team/resnet").unwrap();
         assert_eq!((found, entry.endpoints.len()), (&key("team", "resnet"), 1));
         assert_eq!(
-            registry.resolve("ml/missing").unwrap_err(),
+            registry.lookup("ml/missing").unwrap_err(),
             RouteError::Unknown("ml/missing".into())
         );
-        assert_eq!(registry.resolve("gpt").unwrap_err(), RouteError::Unknown("gpt".into()));
+        assert_eq!(registry.lookup("gpt").unwrap_err(), RouteError::Unknown("gpt".into()));
     }
 
     #[test]
     fn a_name_in_two_namespaces_needs_the_default_or_a_namespace() {
         assert_eq!(
-            registry(None).resolve("resnet").unwrap_err(),
+            registry(None).lookup("resnet").unwrap_err(),
             RouteError::Ambiguous {
                 name: "resnet".into(),
                 namespaces: vec!["ml".into(), "team".into()],
             }
         );
         assert_eq!(
-            registry(Some("team")).resolve("resnet").unwrap().0,
+            registry(Some("team")).lookup("resnet").unwrap().0,
             &key("team", "resnet")
         );
         // A default that does not hold the name does not settle it.
         assert!(matches!(
-            registry(Some("other")).resolve("resnet"),
+            registry(Some("other")).lookup("resnet"),
             Err(RouteError::Ambiguous { .. })
         ));
     }
@@ -477,7 +467,7 @@ mod tests {
             with_default.destination("resnet"),
             Destination::Resolved(&key("team", "resnet"))
         );
-        assert_eq!(with_default.resolve("resnet").unwrap().0, &key("team", "resnet"));
+        assert_eq!(with_default.lookup("resnet").unwrap().0, &key("team", "resnet"));
     }
 
     #[test]
@@ -490,19 +480,6 @@ mod tests {
         );
         // ml/bert has no ready endpoint.
         assert!(registry.any_ready(|namespace| namespace == "other").is_none());
-    }
-
-    #[test]
-    fn a_model_without_ready_endpoints_says_so() {
-        let error = registry(None).resolve("bert").unwrap_err();
-        assert_eq!(
-            error,
-            RouteError::NoReadyEndpoints {
-                model: "ml/bert".into(),
-                pods: 2
-            }
-        );
-        assert_eq!(error.to_string(), "no ready replicas of model ml/bert: 0/2 ready");
     }
 
     #[test]
@@ -533,23 +510,23 @@ mod tests {
         );
         let registry = registry(Some("team"));
         for (name, _, _) in names(&registry).into_iter().filter(|(_, ready, _)| *ready) {
-            assert!(registry.resolve(&name).is_ok(), "{name}");
+            assert!(registry.lookup(&name).is_ok(), "{name}");
         }
     }
 
     #[test]
     fn updates_keep_the_load_of_addresses_that_stay() {
         let mut registry = registry(None);
-        let kept = Arc::clone(&registry.resolve("ml/resnet").unwrap().1.endpoints[1].load);
+        let kept = Arc::clone(&registry.lookup("ml/resnet").unwrap().1.endpoints[1].load);
         let _in_flight = kept.start();
         registry.set_endpoints(key("ml", "resnet"), &[address(9), address(2), address(2)], 3);
-        let entry = registry.resolve("ml/resnet").unwrap().1;
+        let entry = registry.lookup("ml/resnet").unwrap().1;
         let addresses: Vec<_> = entry.endpoints.iter().map(|e| e.address).collect();
         assert_eq!(addresses, [address(2), address(9)]);
         assert!(Arc::ptr_eq(&entry.endpoints[0].load, &kept));
         assert_eq!(entry.endpoints[0].load.outstanding(), 1);
         assert_eq!(entry.endpoints[1].load.outstanding(), 0);
         registry.remove(&key("ml", "resnet"));
-        assert!(matches!(registry.resolve("ml/resnet"), Err(RouteError::Unknown(_))));
+        assert!(matches!(registry.lookup("ml/resnet"), Err(RouteError::Unknown(_))));
     }
 }

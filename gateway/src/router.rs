@@ -44,6 +44,14 @@ pub struct Router {
     updated: watch::Sender<()>,
 }
 
+/// What one attempt of a request does.
+#[derive(Clone, Debug)]
+pub enum Routed {
+    To(Route),
+    /// Waits for this model, asleep at zero replicas, to wake.
+    Hold(Sleeper),
+}
+
 /// A model that scales to zero, as a held request needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sleeper {
@@ -52,6 +60,13 @@ pub struct Sleeper {
     pub label: Arc<str>,
     /// How long its requests may wait for it to wake.
     pub activation_timeout: Duration,
+}
+
+impl Sleeper {
+    /// Until when a request first held now may wait.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.activation_timeout
+    }
 }
 
 impl Router {
@@ -65,25 +80,9 @@ impl Router {
         })
     }
 
-    /// The model `requested` names, if it scales to zero and has no ready
-    /// endpoint now.
-    pub fn sleeper(&self, requested: &str) -> Option<Sleeper> {
-        let registry = self.registry.read();
-        let (key, entry) = registry.lookup(requested).ok()?;
-        let activation_timeout = entry.activation_timeout?;
-        (!entry.is_ready()).then(|| Sleeper {
-            key: key.clone(),
-            label: Arc::clone(&entry.label),
-            activation_timeout,
-        })
-    }
-
     /// Whether the model `key` names has a ready endpoint.
     pub fn is_ready(&self, key: &ModelKey) -> bool {
-        self.registry
-            .read()
-            .lookup(&key.to_string())
-            .is_ok_and(|(_, entry)| entry.is_ready())
+        self.registry.read().entry(key).is_some_and(ModelEntry::is_ready)
     }
 
     /// A receiver told of every registry update from now on.
@@ -92,14 +91,29 @@ impl Router {
     }
 
     /// Picks an endpoint of the model `requested` names, leaving out the
-    /// pods an earlier attempt of the same request could not reach.
-    pub fn route(&self, requested: &str, tried: &[Address]) -> Result<Route, RouteError> {
+    /// pods an earlier attempt of the same request could not reach; or, for
+    /// a first attempt at a model that scales to zero and has no ready
+    /// endpoint, says to hold the request. Both are decided on one look at
+    /// the registry: two looks could see the model turn ready in between,
+    /// and fail a request a moment before it could have gone (one in ten
+    /// thousand did, in the e2e flood, as the woken pod turned ready).
+    pub fn route(&self, requested: &str, tried: &[Address]) -> Result<Routed, RouteError> {
         let registry = self.registry.read();
-        let (_, entry) = registry.resolve(requested)?;
-        self.pick(entry, tried).ok_or_else(|| RouteError::NoReadyEndpoints {
-            model: entry.label.to_string(),
-            pods: entry.all_pods(),
-        })
+        let (key, entry) = registry.lookup(requested)?;
+        if let Some(route) = self.pick(entry, tried) {
+            return Ok(Routed::To(route));
+        }
+        match entry.activation_timeout {
+            Some(activation_timeout) if tried.is_empty() && !entry.is_ready() => Ok(Routed::Hold(Sleeper {
+                key: key.clone(),
+                label: Arc::clone(&entry.label),
+                activation_timeout,
+            })),
+            _ => Err(RouteError::NoReadyEndpoints {
+                model: entry.label.to_string(),
+                pods: entry.all_pods(),
+            }),
+        }
     }
 
     /// A ready endpoint of any model in a namespace `allowed` accepts, for
@@ -208,12 +222,20 @@ mod tests {
         Router::new(registry, Box::<RoundRobin>::default(), Ejection::default())
     }
 
+    /// The route of an attempt that must have one.
+    fn to(routed: Result<Routed, RouteError>) -> Route {
+        match routed {
+            Ok(Routed::To(route)) => route,
+            other => panic!("no route: {other:?}"),
+        }
+    }
+
     /// Which addresses `n` routes of `resnet` went to.
     fn routes(router: &Router, n: usize) -> BTreeMap<Address, usize> {
         let mut counts = BTreeMap::new();
         for _ in 0..n {
             *counts
-                .entry(router.route("resnet", &[]).unwrap().endpoint.address)
+                .entry(to(router.route("resnet", &[])).endpoint.address)
                 .or_default() += 1;
         }
         counts
@@ -227,7 +249,7 @@ mod tests {
         assert_eq!(counts[&address(1)] + counts[&address(2)], 800);
         // Evenly spread: any 10 consecutive requests hold exactly 2 of the canary's.
         let window: usize = (0..10)
-            .filter(|_| router.route("resnet", &[]).unwrap().endpoint.address == address(9))
+            .filter(|_| to(router.route("resnet", &[])).endpoint.address == address(9))
             .count();
         assert_eq!(window, 2);
     }
@@ -254,16 +276,38 @@ mod tests {
     }
 
     #[test]
+    fn a_first_attempt_at_a_model_asleep_is_held_and_a_retry_is_not() {
+        let router = router(&[], None);
+        let refused = router.route("resnet", &[]).unwrap_err();
+        assert_eq!(refused.to_string(), "no ready replicas of model ml/resnet: 0/0 ready");
+        router.update(|registry| registry.set_activation_timeout(&key(), Some(Duration::from_secs(60))));
+        match router.route("resnet", &[]) {
+            Ok(Routed::Hold(sleeper)) => {
+                assert_eq!((sleeper.key, &*sleeper.label), (key(), "ml/resnet"));
+                assert_eq!(sleeper.activation_timeout, Duration::from_secs(60));
+            }
+            other => panic!("not held: {other:?}"),
+        }
+        // Awake, every pod tried: a retry fails rather than waits.
+        router.update(|registry| registry.set_endpoints(key(), &[address(1)], 1));
+        assert!(matches!(
+            router.route("resnet", &[address(1)]),
+            Err(RouteError::NoReadyEndpoints { .. })
+        ));
+        assert_eq!(to(router.route("resnet", &[])).endpoint.address, address(1));
+    }
+
+    #[test]
     fn a_retry_may_cross_to_the_other_revision() {
         let router = router(&[address(1)], Some((100, &[address(9)])));
-        let retried = router.route("resnet", &[address(9)]).unwrap();
+        let retried = to(router.route("resnet", &[address(9)]));
         assert_eq!(retried.endpoint.address, address(1));
     }
 
     #[test]
     fn removing_the_canary_stops_its_traffic_and_its_split_survives_updates() {
         let router = router(&[address(1)], Some((50, &[address(9)])));
-        router.route("resnet", &[]).unwrap();
+        to(router.route("resnet", &[]));
         router.update(|registry| {
             registry.set_endpoints(key(), &[address(1), address(2)], 2);
             registry.set_canary(&key(), Some((50, &[address(9)], 1)));
