@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use bytes::Buf;
 use prost::{Message, Name};
+use tokio::task::futures::TaskLocalFuture;
 use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 
@@ -33,9 +34,13 @@ tokio::task_local! {
     static ALLOWANCE: Arc<dyn DecodeAllowance>;
 }
 
+/// A future run under a decode allowance, named so that a service can
+/// return it without boxing it.
+pub type WithAllowance<F> = TaskLocalFuture<Arc<dyn DecodeAllowance>, F>;
+
 /// Runs `future` with `allowance` deciding every message it decodes.
-pub async fn with_allowance<F: Future>(allowance: Arc<dyn DecodeAllowance>, future: F) -> F::Output {
-    ALLOWANCE.scope(allowance, future).await
+pub fn with_allowance<F: Future>(allowance: Arc<dyn DecodeAllowance>, future: F) -> WithAllowance<F> {
+    ALLOWANCE.scope(allowance, future)
 }
 
 /// Asks the current task's allowance, if any, for `wire` decoded as `M`.

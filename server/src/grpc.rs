@@ -212,7 +212,6 @@ impl GrpcInferenceService for InferenceService {
         let context = stream::StreamContext {
             server: Arc::clone(&self.server),
             account: request.extensions().get::<budget::BodyAccount>().cloned(),
-            allowance: request.extensions().get::<budget::CallDecodeAllowance>().cloned(),
             trace_parent: trace_parent(request.metadata()),
             errors_close: request
                 .metadata()

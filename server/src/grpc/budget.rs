@@ -29,21 +29,57 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use nereid_proto::codec::{DecodeAllowance, with_allowance};
+use nereid_proto::codec::{DecodeAllowance, WithAllowance, with_allowance};
 use parking_lot::Mutex;
 use tokio::time::Sleep;
 use tower::{Layer, Service};
 
 use crate::memory_budget::{MemoryBudget, Reservation};
 
-/// The bytes of one call's body reserved so far.
-#[derive(Debug, Clone)]
-pub struct BodyAccount(Arc<Mutex<Reservation>>);
+/// One call's account: its body's bytes reserved so far, and the decoded
+/// sizes of its messages, in one reservation and one allocation (a call
+/// pays for this on every request; it was three before, with a second
+/// extension to carry the allowance).
+#[derive(Clone)]
+pub struct BodyAccount(Arc<CallAccount>);
+
+struct CallAccount {
+    reservation: Mutex<Reservation>,
+    /// The most one message may take decoded.
+    max_decoded: usize,
+}
 
 impl BodyAccount {
+    fn new(reservation: Reservation, max_decoded: usize) -> Self {
+        BodyAccount(Arc::new(CallAccount {
+            reservation: Mutex::new(reservation),
+            max_decoded,
+        }))
+    }
+
     /// Everything reserved so far, leaving the account empty.
     pub fn take(&self) -> Reservation {
-        self.0.lock().take()
+        self.0.reservation.lock().take()
+    }
+
+    /// What admits each message's decoded size into this account, for work
+    /// on the call's messages that runs outside its task (a stream's reader).
+    pub fn allowance(&self) -> Arc<dyn DecodeAllowance> {
+        Arc::clone(&self.0) as Arc<dyn DecodeAllowance>
+    }
+
+    fn grow(&self, bytes: usize) -> Result<(), tonic::Status> {
+        self.0
+            .reservation
+            .lock()
+            .grow(bytes)
+            .map_err(|exhausted| tonic::Status::resource_exhausted(exhausted.to_string()))
+    }
+}
+
+impl std::fmt::Debug for BodyAccount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BodyAccount")
     }
 }
 
@@ -53,13 +89,7 @@ impl BodyAccount {
 /// fits; 2-byte empty entries of a repeated message field do not.
 pub const DECODED_PER_WIRE_LIMIT: usize = 8;
 
-/// One call's decode allowance: decoded sizes go into its body account.
-struct CallAllowance {
-    account: BodyAccount,
-    max_decoded: usize,
-}
-
-impl DecodeAllowance for CallAllowance {
+impl DecodeAllowance for CallAccount {
     fn admit(&self, message: &str, wire: usize, decoded: usize) -> Result<(), tonic::Status> {
         if decoded > self.max_decoded {
             return Err(tonic::Status::resource_exhausted(format!(
@@ -67,30 +97,18 @@ impl DecodeAllowance for CallAllowance {
                 self.max_decoded
             )));
         }
-        self.account
-            .0
+        self.reservation
             .lock()
             .grow(decoded)
             .map_err(|exhausted| tonic::Status::resource_exhausted(exhausted.to_string()))
     }
 }
 
-/// The allowance of the call that carried `extensions`, for work on its
-/// messages that runs outside the call's task (a stream's reader).
-#[derive(Clone)]
-pub struct CallDecodeAllowance(pub Arc<dyn DecodeAllowance>);
-
-impl std::fmt::Debug for CallDecodeAllowance {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CallDecodeAllowance")
-    }
-}
-
-/// Runs `future` under the decode allowance of the call whose extensions
-/// are given (as it is, outside this layer).
-pub async fn with_call_allowance<F: Future>(allowance: Option<CallDecodeAllowance>, future: F) -> F::Output {
+/// Runs `future` under a call's decode allowance ([`BodyAccount::allowance`]),
+/// as it is outside this layer.
+pub async fn with_call_allowance<F: Future>(allowance: Option<Arc<dyn DecodeAllowance>>, future: F) -> F::Output {
     match allowance {
-        Some(CallDecodeAllowance(allowance)) => with_allowance(allowance, future).await,
+        Some(allowance) => with_allowance(allowance, future).await,
         None => future.await,
     }
 }
@@ -147,38 +165,30 @@ fn is_stream(path: &str) -> bool {
 impl<S> Service<http::Request<tonic::body::Body>> for BudgetService<S>
 where
     S: Service<http::Request<tonic::body::Body>>,
-    S::Future: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = WithAllowance<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let account = BodyAccount(Arc::new(Mutex::new(self.layer.budget.reservation())));
+        let account = BodyAccount::new(self.layer.budget.reservation(), self.layer.max_decoded);
         let deadline = match is_stream(request.uri().path()) {
             true => Deadline::Untimed,
             false => Deadline::Unarmed(self.layer.unary_timeout),
         };
-        let allowance: Arc<dyn DecodeAllowance> = Arc::new(CallAllowance {
-            account: account.clone(),
-            max_decoded: self.layer.max_decoded,
-        });
+        let allowance = account.allowance();
         let (mut parts, body) = request.into_parts();
         parts.extensions.insert(account.clone());
-        parts.extensions.insert(CallDecodeAllowance(Arc::clone(&allowance)));
         let body = tonic::body::Body::new(BudgetedBody {
             inner: body,
             account,
             deadline,
         });
-        Box::pin(with_allowance(
-            allowance,
-            self.inner.call(http::Request::from_parts(parts, body)),
-        ))
+        with_allowance(allowance, self.inner.call(http::Request::from_parts(parts, body)))
     }
 }
 
@@ -234,9 +244,9 @@ impl Body for BudgetedBody {
             }
         };
         if let Some(data) = frame.data_ref()
-            && let Err(exhausted) = this.account.0.lock().grow(data.len())
+            && let Err(exhausted) = this.account.grow(data.len())
         {
-            return Poll::Ready(Some(Err(tonic::Status::resource_exhausted(exhausted.to_string()))));
+            return Poll::Ready(Some(Err(exhausted)));
         }
         Poll::Ready(Some(Ok(frame)))
     }
@@ -261,7 +271,7 @@ mod tests {
     fn budgeted(inner: tonic::body::Body, deadline: Deadline) -> BudgetedBody {
         BudgetedBody {
             inner,
-            account: BodyAccount(Arc::new(Mutex::new(MemoryBudget::new(1 << 20).reservation()))),
+            account: BodyAccount::new(MemoryBudget::new(1 << 20).reservation(), 1 << 20),
             deadline,
         }
     }

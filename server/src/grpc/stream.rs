@@ -21,7 +21,7 @@ use nereid_proto::inference::{InferParameter, ModelInferRequest, ModelInferRespo
 use tokio::sync::{Semaphore, mpsc};
 use tonic::{Status, Streaming};
 
-use super::budget::{BodyAccount, CallDecodeAllowance, with_call_allowance};
+use super::budget::{BodyAccount, with_call_allowance};
 use super::convert::{self, EMPTY_FINAL, FINAL};
 use super::status::to_status;
 use crate::error::{Error, Result};
@@ -43,10 +43,9 @@ const DECOUPLED_IN_FLIGHT: usize = 64;
 /// What one stream is given by the handler.
 pub struct StreamContext {
     pub server: Arc<InferenceServer>,
-    /// The connection's request-byte account (each message takes its share).
+    /// The call's request-byte account (each message takes its share),
+    /// which also admits each message's decoded size.
     pub account: Option<BodyAccount>,
-    /// What admits each message's decoded size into that account.
-    pub allowance: Option<CallDecodeAllowance>,
     /// The stream metadata's trace context, every message's parent.
     pub trace_parent: Vec<(String, String)>,
     /// `triton_grpc_error: true`: errors close the stream with a status.
@@ -59,7 +58,7 @@ pub type Outbox = mpsc::Receiver<Result<ModelStreamInferResponse, Status>>;
 pub fn serve(context: StreamContext, incoming: Streaming<ModelInferRequest>) -> Outbox {
     let (tx, rx) = mpsc::channel(OUTBOX);
     // Messages are decoded where `incoming` is polled: in the reader.
-    let allowance = context.allowance.clone();
+    let allowance = context.account.as_ref().map(BodyAccount::allowance);
     tokio::spawn(with_call_allowance(allowance, read(context, incoming, tx)));
     rx
 }
