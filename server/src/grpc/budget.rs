@@ -69,8 +69,14 @@ impl BodyAccount {
     }
 
     fn grow(&self, bytes: usize) -> Result<(), tonic::Status> {
-        self.0
-            .reservation
+        self.0.grow(bytes)
+    }
+}
+
+impl CallAccount {
+    /// Reserves `bytes` more, or says why the budget refuses them.
+    fn grow(&self, bytes: usize) -> Result<(), tonic::Status> {
+        self.reservation
             .lock()
             .grow(bytes)
             .map_err(|exhausted| tonic::Status::resource_exhausted(exhausted.to_string()))
@@ -97,10 +103,7 @@ impl DecodeAllowance for CallAccount {
                 self.max_decoded
             )));
         }
-        self.reservation
-            .lock()
-            .grow(decoded)
-            .map_err(|exhausted| tonic::Status::resource_exhausted(exhausted.to_string()))
+        self.grow(decoded)
     }
 }
 
