@@ -135,10 +135,9 @@ impl Upstream {
         // The model's full name, once resolved (for errors after retries).
         let mut resolved: Option<Arc<str>> = None;
         // Whether the request waited for its model to wake from zero, and
-        // until when it may: from when it was first held. A pod that turns
-        // unready again just after it woke (its readiness probe failed
-        // under the burst the held requests make) holds the request again,
-        // within the same timeout.
+        // until when it may: from when it was first held. A model that has
+        // no ready pod again after it woke holds the request again, within
+        // the same timeout.
         let mut woke = false;
         let mut hold_until = None;
         loop {
