@@ -12,6 +12,7 @@ use std::io::{self, IoSlice, IoSliceMut, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage,
@@ -73,6 +74,8 @@ pub struct FrameReader {
     start: usize,
     end: usize,
     fds: VecDeque<OwnedFd>,
+    /// What the socket's read timeout was last set to.
+    read_timeout: Option<Duration>,
 }
 
 impl FrameReader {
@@ -83,11 +86,21 @@ impl FrameReader {
             start: 0,
             end: 0,
             fds: VecDeque::new(),
+            read_timeout: None,
         }
     }
 
-    pub fn socket(&self) -> &UnixStream {
-        &self.socket
+    /// Bounds each wait of the reads to come by `timeout`, rounded up to
+    /// a whole millisecond (at least one: zero means "none" to the socket).
+    /// The socket is told only when that changes, not on every read.
+    pub fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+        let millis = u64::try_from(timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+        let timeout = Duration::from_millis(millis.max(1));
+        if self.read_timeout != Some(timeout) {
+            self.socket.set_read_timeout(Some(timeout))?;
+            self.read_timeout = Some(timeout);
+        }
+        Ok(())
     }
 
     /// The oldest descriptor received and not yet taken: a `segment`

@@ -1,5 +1,5 @@
-//! One stub process: started with its end of a socket pair as fd 3, read
-//! with a deadline, killed (never left behind) when it is done with.
+//! One stub process: started with its ends of two socket pairs as fds 3
+//! (the server's frames) and 4 (its own), read with a deadline, killed (never left behind) when it is done with.
 
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -21,8 +21,10 @@ use crate::protocol::{FromStub, ToStub};
 use crate::pump::{self, Pump};
 use crate::shm::{HostPool, PoolSize, StubPool};
 
-/// The fd the stub finds its socket on (`NEREID_STUB_FD`).
-const STUB_FD: i32 = 3;
+/// The fd the stub reads the server's frames from (`NEREID_STUB_FD`).
+const STUB_IN_FD: i32 = 3;
+/// The fd the stub writes its frames to (`NEREID_STUB_OUT_FD`).
+const STUB_OUT_FD: i32 = 4;
 
 /// How a stub is started.
 #[derive(Debug, Clone)]
@@ -34,7 +36,7 @@ pub struct Launch {
     pub pool: PoolSize,
 }
 
-/// The writing end of a stub's socket, shared with the tasks that answer
+/// The server's end of the socket to the stub, shared with the tasks that answer
 /// its calls: one lock around each whole frame.
 pub type Writer = Arc<Mutex<UnixStream>>;
 
@@ -45,9 +47,10 @@ pub struct Stub {
     /// reads them.
     reader: Option<FrameReader>,
     writer: Writer,
-    /// The socket once more, to shut it without the writer's lock, which
-    /// a writer blocked on a stub that reads nothing may hold.
-    socket: UnixStream,
+    /// Both sockets once more (to the stub, from it), to shut them
+    /// without the writer's lock, which a writer blocked on a stub that
+    /// reads nothing may hold, and to wake a pump blocked reading.
+    sockets: [UnixStream; 2],
     pub host: Arc<Mutex<HostPool>>,
     pub stub_pool: Arc<Mutex<StubPool>>,
     /// Its custom metrics, by its own numbers.
@@ -95,32 +98,50 @@ impl Stub {
         // 249 bytes: a long model name is cut).
         let name: String = model.chars().take(64).collect();
         let label = format!("nereid-{name}-{}-", STUBS.fetch_add(1, Ordering::Relaxed));
-        let (ours, theirs) =
-            UnixStream::pair().map_err(|e| Error::unavailable(format!("failed to make the stub's socket: {e}")))?;
-        let their_fd = theirs.as_raw_fd();
+        // One socket pair each way. On one pair, each side's read of the
+        // other's frame would also wake the reader blocked on its own end
+        // (a Unix stream socket has one wait queue for reading and for
+        // room to write): a wasted wake-up per execute on each side.
+        let pair =
+            || UnixStream::pair().map_err(|e| Error::unavailable(format!("failed to make the stub's socket: {e}")));
+        let (to_stub, their_in) = pair()?;
+        let (from_stub, their_out) = pair()?;
+        let (in_fd, out_fd) = (their_in.as_raw_fd(), their_out.as_raw_fd());
         let mut command = Command::new(&launch.python);
         command
             .arg(launch.stub_dir.join("nereid_stub.py"))
             .env("PYTHONPATH", python_path(&launch.stub_dir))
-            .env("NEREID_STUB_FD", STUB_FD.to_string())
+            .env("NEREID_STUB_FD", STUB_IN_FD.to_string())
+            .env("NEREID_STUB_OUT_FD", STUB_OUT_FD.to_string())
             .env("NEREID_MODEL", model)
             .stdin(Stdio::null())
             .stderr(Stdio::piped());
-        // SAFETY: only async-signal-safe calls between fork and exec.
+        // SAFETY: the closure makes only async-signal-safe calls (prctl,
+        // fcntl, dup2) on descriptors it owns, between fork and exec.
         #[allow(unsafe_code)]
         unsafe {
             command.pre_exec(move || {
-                // The stub dies with the server, whatever kills the server.
+                // Killed with the server, whatever ends it.
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(io::Error::last_os_error());
                 }
-                if their_fd == STUB_FD {
-                    // Already there: only its close-on-exec flag must go.
-                    if libc::fcntl(STUB_FD, libc::F_SETFD, 0) != 0 {
+                // The outgoing end must not sit where the incoming one goes.
+                let out_fd = match out_fd == STUB_IN_FD {
+                    true => libc::fcntl(out_fd, libc::F_DUPFD_CLOEXEC, STUB_OUT_FD + 1),
+                    false => out_fd,
+                };
+                if out_fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                for (fd, target) in [(in_fd, STUB_IN_FD), (out_fd, STUB_OUT_FD)] {
+                    // dup2 onto itself would leave close-on-exec set.
+                    let done = match fd == target {
+                        true => libc::fcntl(target, libc::F_SETFD, 0),
+                        false => libc::dup2(fd, target),
+                    };
+                    if done < 0 {
                         return Err(io::Error::last_os_error());
                     }
-                } else if libc::dup2(their_fd, STUB_FD) < 0 {
-                    return Err(io::Error::last_os_error());
                 }
                 Ok(())
             });
@@ -133,23 +154,23 @@ impl Stub {
             )),
             _ => Error::unavailable(format!("failed to start '{}': {e}", launch.python.display())),
         })?;
-        drop(theirs);
+        drop((their_in, their_out));
         let mut child = child;
         let stderr = StderrTail::follow(child.stderr.take());
-        let writer = ours
-            .try_clone()
-            .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))?;
-        let writer = Arc::new(Mutex::new(writer));
-        let socket = ours
-            .try_clone()
-            .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))?;
+        let clone = |socket: &UnixStream| {
+            socket
+                .try_clone()
+                .map_err(|e| Error::unavailable(format!("failed to share the stub's socket: {e}")))
+        };
+        let sockets = [clone(&to_stub)?, clone(&from_stub)?];
+        let writer = Arc::new(Mutex::new(to_stub));
         Ok(Stub {
-            socket,
+            sockets,
             ending: Ending {
                 child: Arc::new(Mutex::new(child)),
                 stderr,
             },
-            reader: Some(FrameReader::new(ours)),
+            reader: Some(FrameReader::new(from_stub)),
             host: Arc::new(Mutex::new(HostPool::new(&label, launch.pool, Arc::clone(&writer)))),
             writer,
             stub_pool: Arc::new(Mutex::new(StubPool::default())),
@@ -304,10 +325,7 @@ pub fn read_frame(
     started: Instant,
     ending: &Ending,
 ) -> std::result::Result<FromStub, Gone> {
-    // A zero timeout means "none" to the socket.
-    let _ = reader
-        .socket()
-        .set_read_timeout(Some(deadline.max(Duration::from_millis(1))));
+    let _ = reader.set_read_timeout(deadline);
     match reader.read_frame() {
         Ok(Some(message)) => Ok(message),
         Ok(None) => Err(Gone::Exited(ending.describe())),
@@ -322,7 +340,9 @@ pub fn read_frame(
 impl Drop for Stub {
     fn drop(&mut self) {
         // Wakes whatever reads or writes it (the pump among them).
-        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+        for socket in &self.sockets {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+        }
         let mut child = self.ending.child.lock();
         if matches!(child.try_wait(), Ok(None)) {
             let _ = child.kill();

@@ -1,10 +1,12 @@
 """Nereid's Python stub: runs one instance of a Triton `model.py`.
 
-The server starts `python3 nereid_stub.py` with NEREID_STUB_FD naming its
-end of a Unix stream socket; the protocol is docs/python-backend.md, "The
-stub protocol". The main thread reads the socket itself, runs the model's
-execute and answers; see nereid_stub_shm.Channel for how other threads
-(decoupled senders, BLS calls, async_exec) share the socket.
+The server starts `python3 nereid_stub.py` with NEREID_STUB_FD and
+NEREID_STUB_OUT_FD naming its ends of two Unix stream sockets: the server's
+frames come on the first, the stub's go out on the second. The protocol is
+docs/python-backend.md, "The stub protocol". The main thread reads the
+socket itself, runs the model's execute and answers; see
+nereid_stub_shm.Channel for how other threads (decoupled senders, BLS
+calls, async_exec) share the sockets.
 """
 
 import importlib.util
@@ -110,6 +112,8 @@ class Stub:
 
     def run(self, result):
         """Runs a coroutine to completion on the stub's own event loop."""
+        if result is None or type(result) is list:
+            return result  # what execute returns, without inspect's checks
         if inspect.isawaitable(result):
             if self.loop is None:
                 import asyncio
@@ -392,20 +396,24 @@ class Stub:
 
 def main():
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us by closing the socket
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us by closing its sockets
     except (ValueError, OSError):
         pass
     try:
         sys.stdout.reconfigure(line_buffering=True)
     except Exception:
         pass
-    fd = os.environ.get("NEREID_STUB_FD")
-    if fd is None:
-        print("nereid_stub: NEREID_STUB_FD is not set; the server starts this program", file=sys.stderr)
+    fds = os.environ.get("NEREID_STUB_FD"), os.environ.get("NEREID_STUB_OUT_FD")
+    if None in fds:
+        print(
+            "nereid_stub: NEREID_STUB_FD and NEREID_STUB_OUT_FD are not set; the server starts this program",
+            file=sys.stderr,
+        )
         sys.exit(2)
-    sock = socket.socket(fileno=int(fd))
-    sock.setblocking(True)
-    rt = rt_mod.install(sock)
+    rsock, wsock = (socket.socket(fileno=int(fd)) for fd in fds)
+    for sock in (rsock, wsock):
+        sock.setblocking(True)
+    rt = rt_mod.install(rsock, wsock)
     Stub(rt).serve()
 
 

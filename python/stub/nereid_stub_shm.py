@@ -31,6 +31,11 @@ _FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
 _u32 = struct.Struct("<I")
 # One encoder for every frame: json.dumps with options builds a new one per call.
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+# json.loads on bytes guesses their encoding in Python first; frames are UTF-8.
+_raw_decode = json.JSONDecoder().raw_decode
+# socket's MSG_* are IntFlags, whose operators run in Python on every use.
+_MSG_CTRUNC = int(socket.MSG_CTRUNC)
+_PEEK_NOW = int(socket.MSG_PEEK | socket.MSG_DONTWAIT)
 _header = struct.Struct("<IIQ")
 
 # KServe datatype name -> numpy dtype (little-endian); BYTES is handled apart.
@@ -97,7 +102,8 @@ def lost_connection():
 
 
 class Channel:
-    """One Unix stream socket, framed as 4-byte LE length + JSON; a
+    """Two Unix stream sockets, one each way (`rsock` brings the server's
+    frames, `wsock` takes the stub's), framed as 4-byte LE length + JSON; a
     `segment` frame carries a descriptor beside it (SCM_RIGHTS), kept in
     `fds` in the order they came.
 
@@ -110,8 +116,9 @@ class Channel:
     main thread reads the socket itself.
     """
 
-    def __init__(self, sock, dispatch):
-        self.sock = sock
+    def __init__(self, rsock, wsock, dispatch):
+        self.rsock = rsock
+        self.wsock = wsock
         self.dispatch = dispatch  # called with each message, under self.cond
         self.wlock = threading.Lock()
         self.cond = threading.Condition(threading.Lock())
@@ -135,12 +142,12 @@ class Channel:
         with self.wlock:
             try:
                 if fd is None:
-                    self.sock.sendall(frame)
+                    self.wsock.sendall(frame)
                 else:
                     rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
-                    sent = self.sock.sendmsg([frame], rights)
+                    sent = self.wsock.sendmsg([frame], rights)
                     if sent < len(frame):
-                        self.sock.sendall(frame[sent:])
+                        self.wsock.sendall(frame[sent:])
             except OSError as e:
                 eprint("lost the server's socket while sending:", e)
                 lost_connection()
@@ -167,7 +174,7 @@ class Channel:
                 need = 4 + n
                 if avail >= need:
                     start = self._pos + 4
-                    data = buf[start : start + n]  # json.loads takes a bytearray
+                    data = buf[start : start + n]
                     self._pos = start + n
                     if self._pos == len(buf):
                         del buf[:]
@@ -182,13 +189,13 @@ class Channel:
             buf += chunk
 
     def _recv(self, n):
-        chunk, ancillary, flags, _ = self.sock.recvmsg(n, _FDS_SPACE)
+        chunk, ancillary, flags, _ = self.rsock.recvmsg(n, _FDS_SPACE)
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds = array.array("i")
                 fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
                 self.fds.extend(fds)
-        if flags & socket.MSG_CTRUNC:
+        if flags & _MSG_CTRUNC:
             raise ConnectionError("more descriptors came with one message than the protocol allows")
         return chunk
 
@@ -196,7 +203,7 @@ class Channel:
         if self._complete_frame_buffered():
             return True
         try:
-            peek = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            peek = self.rsock.recv(1, _PEEK_NOW)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -241,10 +248,7 @@ class Channel:
                         eprint("end-of-file handling failed:", repr(e))
                 else:
                     try:
-                        msg = json.loads(data)
-                        if not isinstance(msg, dict):
-                            raise ValueError("a frame that is not a JSON object")
-                        self.dispatch(msg)
+                        self.dispatch(decode_frame(data))
                     except Exception as e:
                         eprint("dropped a bad message:", repr(e), data[:200])
                 self.cond.notify_all()
@@ -258,6 +262,15 @@ class Channel:
 
 def _never():
     return False
+
+
+def decode_frame(data):
+    """The JSON object of one frame's bytes."""
+    text = data.decode("utf-8")
+    msg, end = _raw_decode(text)
+    if end != len(text) or not isinstance(msg, dict):
+        raise ValueError("a frame that is not one JSON object")
+    return msg
 
 
 # --------------------------------------------------------- shared memory
@@ -493,7 +506,8 @@ def read_tensor(pool, desc):
     # The array's base is a ctypes object made for this block alone: numpy
     # views of views keep it alive, and when it dies the block is freed.
     holder = _char_array(length).from_buffer(mm, off)
-    _finalize(holder, _free_host, mm, off)
+    ref = _weakref(holder, _holder_gone)
+    _held[id(ref)] = (ref, mm, off)
     return np.frombuffer(holder, dtype=dtype).reshape(shape)
 
 
@@ -509,7 +523,17 @@ def _char_array(n):
     return t
 
 
-_finalize = weakref.finalize
+# The host blocks that input arrays still use, by the id of a weak
+# reference to their holder; the reference's callback frees the block.
+# (weakref.finalize does the same, in Python code, at several times the cost.)
+_held = {}
+_weakref = weakref.ref
+
+
+def _holder_gone(ref):
+    _, mm, off = _held.pop(id(ref))
+    _free_host(mm, off)
+
 try:
     from math import prod as _prod
 except ImportError:  # Python < 3.8
@@ -616,8 +640,8 @@ class Call:
 
 
 class Runtime:
-    def __init__(self, sock):
-        self.channel = Channel(sock, self._dispatch)
+    def __init__(self, rsock, wsock):
+        self.channel = Channel(rsock, wsock, self._dispatch)
         self.main_q = collections.deque()
         # The requests the server may still cancel, by key: (their
         # ExecState, their index in it). A decoupled model's stay until
@@ -776,7 +800,7 @@ def _resolve(future):
 RUNTIME = None
 
 
-def install(sock):
+def install(rsock, wsock):
     global RUNTIME
-    RUNTIME = Runtime(sock)
+    RUNTIME = Runtime(rsock, wsock)
     return RUNTIME

@@ -40,7 +40,7 @@ def parse_bytes(data, count):
 
 
 class FakeHost:
-    """The server's side: a socket pair, the host pool (a bump allocator
+    """The server's side: two socket pairs, the host pool (a bump allocator
     over one segment), and a reader thread queueing the stub's messages."""
 
     def __init__(self, tmp_path, source, config=None, shm=None, bls=None, op="init"):
@@ -64,13 +64,16 @@ class FakeHost:
         self.config = config or {"name": "m", "max_batch_size": 0, "input": [], "output": []}
         self.shm = dict(default_byte_size=1 << 20, growth_byte_size=1 << 20, limit_byte_size=1 << 30)
         self.shm.update(shm or {})
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock = parent
-        cfd = child.fileno()
-        # The server passes fd 3; any number does, the stub reads it from the environment.
-        env = dict(os.environ, NEREID_STUB_FD=str(cfd), PYTHONPATH=STUB_DIR)
-        self.proc = subprocess.Popen([sys.executable, STUB], env=env, pass_fds=(cfd,), stderr=subprocess.PIPE)
-        child.close()
+        # One socket pair each way, as the server makes them: `sock` takes
+        # frames to the stub, `rsock` brings its own.
+        self.sock, child_in = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.rsock, child_out = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = (child_in.fileno(), child_out.fileno())
+        # The server passes fds 3 and 4; any numbers do, the stub reads them from the environment.
+        env = dict(os.environ, NEREID_STUB_FD=str(fds[0]), NEREID_STUB_OUT_FD=str(fds[1]), PYTHONPATH=STUB_DIR)
+        self.proc = subprocess.Popen([sys.executable, STUB], env=env, pass_fds=fds, stderr=subprocess.PIPE)
+        child_in.close()
+        child_out.close()
         self.stderr = []
         threading.Thread(target=self._read_stderr, daemon=True).start()
         threading.Thread(target=self._reader, daemon=True).start()
@@ -85,7 +88,7 @@ class FakeHost:
     def _recv_exact(self, n):
         while len(self.rbuf) < n:
             try:
-                chunk, ancillary, _, _ = self.sock.recvmsg(65536, socket.CMSG_SPACE(64))
+                chunk, ancillary, _, _ = self.rsock.recvmsg(65536, socket.CMSG_SPACE(64))
             except OSError:
                 return None
             for level, kind, payload in ancillary:
@@ -226,8 +229,9 @@ class FakeHost:
 
     def close(self):
         try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-            self.sock.close()
+            for sock in (self.sock, self.rsock):
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
         except OSError:
             pass
         try:
