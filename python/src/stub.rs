@@ -1,5 +1,6 @@
 //! One stub process: started with its ends of two socket pairs as fds 3
-//! (the server's frames) and 4 (its own), read with a deadline, killed (never left behind) when it is done with.
+//! (the server's frames) and 4 (its own), read with a deadline, killed
+//! (never left behind) when it is done with.
 
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
@@ -36,8 +37,8 @@ pub struct Launch {
     pub pool: PoolSize,
 }
 
-/// The server's end of the socket to the stub, shared with the tasks that answer
-/// its calls: one lock around each whole frame.
+/// The server's end of the socket to the stub, shared with the tasks that
+/// answer its calls: one lock around each whole frame.
 pub type Writer = Arc<Mutex<UnixStream>>;
 
 /// A running stub.
