@@ -134,11 +134,11 @@ impl Upstream {
         let mut last_error = String::new();
         // The model's full name, once resolved (for errors after retries).
         let mut resolved: Option<Arc<str>> = None;
-        // Whether the request waited for its model to wake from zero, and
-        // until when it may: from when it was first held. A model that has
+        // Until when the request may wait for its model to wake from zero,
+        // once it has been held (a held request that is routed at all has
+        // woken it): counted from when it was first held. A model that has
         // no ready pod again after it woke holds the request again, within
         // the same timeout.
-        let mut woke = false;
         let mut hold_until = None;
         loop {
             let route = match router.route(model, &tried) {
@@ -155,7 +155,6 @@ impl Upstream {
                         metrics.failed(&sleeper.label, Failure::Waking);
                         return Err(error.into());
                     }
-                    woke = true;
                     continue;
                 }
                 Err(error) if tried.is_empty() => {
@@ -216,7 +215,7 @@ impl Upstream {
                         route.endpoint.load.report_queue_depth(depth);
                     }
                     metrics.forwarded(&model_label, &route.endpoint.label, protocol);
-                    if woke {
+                    if hold_until.is_some() {
                         metrics.cold_start(&model_label, protocol, started.elapsed().as_secs_f64());
                     }
                     let (mut parts, body) = response.into_parts();
