@@ -261,6 +261,12 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// Whether its instances can run on a GPU: KIND_AUTO places them there
+    /// when one is visible, and KIND_GPU is refused for a backend that cannot.
+    fn runs_on_gpu(&self) -> bool {
+        false
+    }
+
     /// Whether its instances read the outputs each request named
     /// ([`RequestInfo::requested`]); others are spared copying the names.
     fn reads_requested_outputs(&self) -> bool {

@@ -31,6 +31,7 @@
 //! - `nv_cpu_utilization`, `nv_cpu_memory_total_bytes`,
 //!   `nv_cpu_memory_used_bytes` (per interval).
 
+pub mod gpu;
 pub mod model;
 pub mod summary;
 pub mod system;

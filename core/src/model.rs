@@ -506,9 +506,9 @@ pub const MAX_INSTANCES: usize = 256;
 /// (`intra_op_thread_count`).
 pub const MAX_INTRA_OP_THREADS: usize = 256;
 
-/// One placement per instance from `instance_group`. Without GPU discovery
-/// yet, KIND_AUTO and KIND_MODEL run on the CPU and a KIND_GPU group with no
-/// `gpus` list uses device 0.
+/// One placement per instance from `instance_group`, as
+/// [`instance_group::resolve`](crate::model_config::instance_group::resolve)
+/// left it: a KIND_GPU group names its GPUs, KIND_MODEL runs on the CPU.
 fn placements(config: &ModelConfig) -> Result<Vec<Placement>> {
     // Counted before anything is made: each instance is a thread and a
     // session, and a count of 2147483647 asked for a 16 GiB vector.
@@ -526,14 +526,15 @@ fn placements(config: &ModelConfig) -> Result<Vec<Placement>> {
     for group in &config.instance_group {
         let count = group.count.max(1) as usize;
         match Kind::try_from(group.kind).unwrap_or(Kind::Auto) {
+            Kind::Gpu if group.gpus.is_empty() => {
+                return Err(Error::internal(format!(
+                    "instance group '{}' is KIND_GPU with no GPU resolved",
+                    group.name
+                )));
+            }
             Kind::Gpu => {
-                let gpus = if group.gpus.is_empty() {
-                    vec![0]
-                } else {
-                    group.gpus.clone()
-                };
-                for gpu in gpus {
-                    devices.extend(std::iter::repeat_n(Device::Gpu(gpu), count));
+                for gpu in &group.gpus {
+                    devices.extend(std::iter::repeat_n(Device::Gpu(*gpu), count));
                 }
             }
             Kind::Cpu | Kind::Auto | Kind::Model => {

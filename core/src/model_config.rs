@@ -7,6 +7,7 @@
 
 pub mod autocomplete;
 pub mod file_names;
+pub mod instance_group;
 pub mod json;
 pub mod sequence;
 pub mod text;

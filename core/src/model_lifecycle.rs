@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use nereid_gpu::Gpus;
 use nereid_proto::inference::{
-    ModelConfig, ModelInstanceGroup, ModelTransactionPolicy, ModelVersionPolicy, model_config::SchedulingChoice,
-    model_instance_group::Kind, model_version_policy,
+    ModelConfig, ModelTransactionPolicy, ModelVersionPolicy, model_config::SchedulingChoice, model_version_policy,
 };
 
 use crate::backend;
@@ -23,7 +23,7 @@ use crate::ensemble_scheduler::plan;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::model::{Model, VersionSource};
-use crate::model_config::{autocomplete, file_names, sequence, validate::validate};
+use crate::model_config::{autocomplete, file_names, instance_group, sequence, validate::validate};
 use crate::model_repository_manager::Members;
 use crate::repository::{ModelFiles, select_versions};
 
@@ -51,6 +51,8 @@ pub struct LoadOptions {
     /// (and for its instances to be dropped) before it answers
     /// (`--model-unload-timeout-secs`).
     pub unload_timeout: std::time::Duration,
+    /// The GPUs instances may be placed on.
+    pub gpus: Arc<Gpus>,
 }
 
 impl Default for LoadOptions {
@@ -62,6 +64,7 @@ impl Default for LoadOptions {
             metrics: Metrics::disabled(),
             members: Members::default(),
             unload_timeout: std::time::Duration::from_secs(30),
+            gpus: Arc::new(Gpus::none("this server was not asked to look for GPUs")),
         }
     }
 }
@@ -171,7 +174,11 @@ pub fn prepare(
     if autocomplete_enabled {
         kind.implementation().complete_config(&mut config, latest_dir)?;
     }
-    fill_defaults(&mut config, kind);
+    fill_defaults(&mut config);
+    // Ensembles and remote models have no instances to place.
+    if !matches!(kind, BackendKind::Ensemble | BackendKind::Remote) {
+        instance_group::resolve(&mut config, &options.gpus, kind.implementation().runs_on_gpu())?;
+    }
     validate(&config)?;
     if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) && !kind.implementation().decoupled() {
         return Err(Error::unsupported(format!(
@@ -197,7 +204,7 @@ pub fn prepare(
 
 /// Triton's normalisation: the defaults it writes into every config so that
 /// `/config` shows what is in force.
-fn fill_defaults(config: &mut ModelConfig, kind: BackendKind) {
+fn fill_defaults(config: &mut ModelConfig) {
     if config.version_policy.is_none() {
         config.version_policy = Some(ModelVersionPolicy {
             policy_choice: Some(model_version_policy::PolicyChoice::Latest(
@@ -207,28 +214,6 @@ fn fill_defaults(config: &mut ModelConfig, kind: BackendKind) {
     }
     if let Some(SchedulingChoice::SequenceBatching(sequence)) = &mut config.scheduling_choice {
         sequence::fill_defaults(sequence);
-    }
-    // Ensembles and remote models have no instances to group.
-    if matches!(kind, BackendKind::Ensemble | BackendKind::Remote) {
-        return;
-    }
-    if config.instance_group.is_empty() {
-        config.instance_group.push(ModelInstanceGroup {
-            count: 1,
-            kind: Kind::Cpu as i32,
-            ..Default::default()
-        });
-    }
-    for (i, group) in config.instance_group.iter_mut().enumerate() {
-        if group.name.is_empty() {
-            group.name = format!("{}_{i}", config.name);
-        }
-        if group.count == 0 {
-            group.count = 1;
-        }
-        if group.kind == Kind::Auto as i32 {
-            group.kind = Kind::Cpu as i32;
-        }
     }
     if let Some(SchedulingChoice::DynamicBatching(batching)) = &mut config.scheduling_choice
         && batching.preferred_batch_size.is_empty()

@@ -121,6 +121,11 @@ impl Members {
 }
 
 impl ModelRepositoryManager {
+    /// The GPUs its models' instances are placed on.
+    pub fn gpus(&self) -> &Arc<nereid_gpu::Gpus> {
+        &self.options.gpus
+    }
+
     pub fn new(repository: Repository, mode: ControlMode, mut options: LoadOptions) -> Self {
         let models = Arc::new(RwLock::new(BTreeMap::new()));
         options.members = Members(Arc::downgrade(&models));

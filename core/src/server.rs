@@ -86,6 +86,7 @@ pub struct InferenceServer {
 
 impl InferenceServer {
     pub fn new(name: String, manager: ModelRepositoryManager, log: Arc<LogControl>, traces: Arc<Traces>) -> Arc<Self> {
+        let cuda_shared_memory = CudaSharedMemory::new(Arc::clone(manager.gpus()));
         Arc::new(InferenceServer {
             name,
             manager,
@@ -93,7 +94,7 @@ impl InferenceServer {
             log,
             traces,
             shared_memory: SharedMemory::default(),
-            cuda_shared_memory: CudaSharedMemory,
+            cuda_shared_memory,
         })
     }
 
@@ -303,7 +304,11 @@ impl InferenceServer {
                 .find(|t| t.name == name)
                 .ok_or_else(|| Error::internal(format!("no input '{name}' for its shared memory region")))?;
             request.reservation.grow(place.byte_size)?;
-            tensor.data = self.shared_memory.read(&place)?;
+            tensor.data = if self.cuda_shared_memory.contains(&place.region) {
+                self.cuda_shared_memory.read(&place)?
+            } else {
+                self.shared_memory.read(&place)?
+            };
         }
         Ok(())
     }
@@ -319,7 +324,11 @@ impl InferenceServer {
             let Some(tensor) = response.outputs.iter_mut().find(|t| &t.name == name) else {
                 continue;
             };
-            self.shared_memory.write(place, name, &tensor.data)?;
+            if self.cuda_shared_memory.contains(&place.region) {
+                self.cuda_shared_memory.write(place, name, &tensor.data)?;
+            } else {
+                self.shared_memory.write(place, name, &tensor.data)?;
+            }
             let written = std::mem::take(&mut tensor.data).len();
             response
                 .output_parameters

@@ -14,7 +14,9 @@
 //! and one whose output region went away meanwhile fails with that reason.
 //!
 //! - [`object`]: the shared memory object, read and written at offsets.
-//! - [`cuda`]: CUDA shared memory, on a server without a GPU.
+//! - [`cuda`]: CUDA shared memory: device memory shared through CUDA IPC
+//!   handles. A tensor names a region of either kind; CUDA regions are
+//!   looked up first.
 
 pub mod cuda;
 mod object;

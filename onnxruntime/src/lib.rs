@@ -16,7 +16,7 @@ use bytes::Bytes;
 use half::{bf16, f16};
 use nereid_proto::inference::ModelConfig;
 use ort::environment::Environment;
-use ort::ep::ExecutionProviderDispatch;
+use ort::ep::{ExecutionProvider, ExecutionProviderDispatch};
 use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType};
@@ -97,6 +97,12 @@ impl Backend for OnnxRuntimeBackend {
         )?;
         let output_names = session.outputs().iter().map(|o| o.name().to_string()).collect();
         Ok(Box::new(OnnxInstance { session, output_names }))
+    }
+
+    /// When the loaded library has the CUDA execution provider (the
+    /// onnxruntime-gpu build); the CPU build's models stay on the CPU.
+    fn runs_on_gpu(&self) -> bool {
+        self.environment().is_ok() && ort::ep::CUDA::is_available().unwrap_or(false)
     }
 }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use nereid_core::backend::{Batch, ModelInstance, RequestInfo, ResponseSink};
+use nereid_core::backend::{Batch, Device, ModelInstance, RequestInfo, ResponseSink};
 use nereid_core::datatype::DataType;
 use nereid_core::error::{Error, Result};
 use nereid_core::model_repository_manager::Members;
@@ -67,7 +67,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 pub struct PythonInstance {
     shared: Arc<Shared>,
     name: String,
-    device_id: i32,
+    device: Device,
     stub: Option<Stub>,
     /// Stub failures in a row, and when the last one was.
     failures: u32,
@@ -77,11 +77,11 @@ pub struct PythonInstance {
 impl PythonInstance {
     /// Starts the instance's stub and initializes the model: an error
     /// here (the model's own, with its traceback) fails the load.
-    pub fn start(shared: Arc<Shared>, name: String, device_id: i32) -> Result<Self> {
+    pub fn start(shared: Arc<Shared>, name: String, device: Device) -> Result<Self> {
         let mut instance = PythonInstance {
             shared,
             name,
-            device_id,
+            device,
             stub: None,
             failures: 0,
             failed_at: None,
@@ -106,9 +106,17 @@ impl PythonInstance {
             model_file: shared.model_file.clone(),
             args: InitArgs {
                 model_config: shared.config_json.clone(),
-                model_instance_kind: "CPU".into(),
+                // As Triton's args say it: the model picks its own device
+                // (torch.device("cuda", id)) from these two.
+                model_instance_kind: match self.device {
+                    Device::Cpu => "CPU".into(),
+                    Device::Gpu(_) => "GPU".into(),
+                },
                 model_instance_name: self.name.clone(),
-                model_instance_device_id: self.device_id.to_string(),
+                model_instance_device_id: match self.device {
+                    Device::Cpu => "0".into(),
+                    Device::Gpu(ordinal) => ordinal.to_string(),
+                },
                 model_repository: shared.model_dir.clone(),
                 model_version: shared.version.to_string(),
                 model_name: shared.model.clone(),

@@ -178,12 +178,13 @@ impl Backend for PythonBackend {
             metrics: Arc::clone(&self.metrics),
             mistyped: Default::default(),
         };
-        let device_id = match spec.device {
-            backend::Device::Cpu => 0,
-            backend::Device::Gpu(ordinal) => ordinal,
-        };
         let name = format!("{}_0_{index}", config.name);
-        Ok(Box::new(PythonInstance::start(Arc::new(shared), name, device_id)?))
+        Ok(Box::new(PythonInstance::start(Arc::new(shared), name, spec.device)?))
+    }
+
+    /// The stub tells the model its device; the model computes there.
+    fn runs_on_gpu(&self) -> bool {
+        true
     }
 
     fn decoupled(&self) -> bool {

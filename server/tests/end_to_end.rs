@@ -232,6 +232,11 @@ async fn broken_models_are_unavailable_and_the_rest_serve() {
     write_model(&repo, "good", ADD_SUB);
     write_model(&repo, "syntax", "name: \"syntax\"\ninput [ { name: ");
     write_model(&repo, "unknown_backend", "backend: \"tensorflow\"");
+    write_model(
+        &repo,
+        "on_gpu",
+        &format!("{ADD_SUB}\ninstance_group [ {{ kind: KIND_GPU }} ]"),
+    );
     let server = TestServer::start(&repo, &[]);
     let http = reqwest::Client::new();
     let index: Value = http
@@ -265,6 +270,29 @@ async fn broken_models_are_unavailable_and_the_rest_serve() {
             .contains("tensorflow"),
         "{index}"
     );
+    // A KIND_GPU group where no GPU is visible (or, on a GPU machine, for
+    // a backend that runs on the CPU only): the reason names the group.
+    assert_eq!(row("on_gpu")["state"], "UNAVAILABLE");
+    let reason = row("on_gpu")["reason"].as_str().unwrap().to_string();
+    let why = if nereid_gpu::Gpus::discover().is_empty() {
+        "this server sees no GPU"
+    } else {
+        "runs on the CPU only"
+    };
+    assert!(
+        reason.contains("instance group 'on_gpu_0' of model 'on_gpu' has kind KIND_GPU") && reason.contains(why),
+        "{reason}"
+    );
+    // The default group resolves to the CPU for a CPU-only backend.
+    let config: Value = http
+        .get(format!("{}/v2/models/good/config", server.http))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(config["instance_group"][0]["kind"], "KIND_CPU", "{config}");
 
     let body = json!({
         "inputs": [

@@ -4,7 +4,9 @@
 //! one request so the per-model series exist, and reads the scrape with the
 //! operator's own reader (`nereid_operator::autoscaling::exposition`): every
 //! family the operator reads must be there, and every family of the
-//! contract (`nereid_proto::contract::metrics`) with it.
+//! contract (`nereid_proto::contract::metrics`) with it. The GPU families
+//! are there exactly when this machine has a GPU the server can read; the
+//! operator's reader then finds a utilisation, and none without.
 
 mod support;
 
@@ -32,6 +34,9 @@ async fn the_operator_reads_every_family_it_needs_from_a_real_server() {
             "summary_latencies=true",
             "--metrics-config",
             "histogram_latencies=true",
+            // Triton's default, said aloud: it must not fail without a GPU.
+            "--allow-gpu-metrics",
+            "true",
         ],
     );
     let input = |name: &str| json!({"name": name, "shape": [1, 4], "datatype": "INT32", "data": [1, 2, 3, 4]});
@@ -51,22 +56,20 @@ async fn the_operator_reads_every_family_it_needs_from_a_real_server() {
     assert_eq!((sample.requests, sample.inferences), (1.0, 1.0), "{text}");
     let names = exposition::sample_names(&text).unwrap();
 
-    // Every family the operator reads is exported, but for those the
-    // contract says the server does not export yet, which must be absent
-    // (once exported, they leave that list).
+    // Every family the operator reads is exported; the GPU ones where the
+    // server has a GPU to read (NVML as well as the driver).
+    let gpus = nereid_gpu::Gpus::discover();
+    let has_gpu_metrics = nereid_gpu::GpuMonitor::open(&gpus).is_ok();
+    let expected = |family: &str| has_gpu_metrics || !metrics::GPU_FAMILIES.contains(&family);
     for family in exposition::FAMILIES {
-        if metrics::NOT_EXPORTED_YET.contains(&family) {
-            assert!(
-                !names.contains(family),
-                "{family} is exported now: remove it from contract::metrics::NOT_EXPORTED_YET"
-            );
-        } else {
-            assert!(
-                names.contains(family),
-                "the operator reads {family}, which the server does not export:\n{text}"
-            );
-        }
+        assert_eq!(
+            names.contains(family),
+            expected(family),
+            "the operator reads {family}; exported is wrong for a machine with{} GPU metrics:\n{text}",
+            if has_gpu_metrics { "" } else { "out" }
+        );
     }
+    assert_eq!(sample.gpu_percent.is_some(), has_gpu_metrics, "{text}");
 
     // And the whole contract: a summary or histogram shows as its parts.
     let exported = |family: &str| {
@@ -75,12 +78,12 @@ async fn the_operator_reads_every_family_it_needs_from_a_real_server() {
             .any(|n| *n == family || n.strip_prefix(family).is_some_and(|rest| rest.starts_with('_')))
     };
     for family in metrics::all() {
-        if !metrics::NOT_EXPORTED_YET.contains(&family) {
-            assert!(
-                exported(family),
-                "{family} is in the contract but not exported:\n{text}"
-            );
-        }
+        assert_eq!(
+            exported(family),
+            expected(family),
+            "{family} of the contract: exported is wrong for a machine with{} GPU metrics:\n{text}",
+            if has_gpu_metrics { "" } else { "out" }
+        );
     }
     assert!(server.terminate().success());
 }

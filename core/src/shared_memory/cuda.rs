@@ -1,19 +1,28 @@
-//! Triton's CUDA shared memory extension on a server without a GPU.
+//! Triton's CUDA shared memory extension: a client on the server's machine
+//! shares device memory through a CUDA IPC handle (`cudaIpcMemHandle_t`,
+//! 64 bytes, base64 in JSON) and names a range of it for an input or an
+//! output, as with system shared memory.
 //!
-//! A client registers device memory it shares through a CUDA IPC handle
-//! (`cudaIpcMemHandle_t`, 64 bytes). This server has no GPU yet, so no
-//! handle can be opened and no region is ever registered: as real Triton
-//! does on a machine without one, the status is an empty list, an
-//! unregister (of every region or of one name) succeeds, and a register is
-//! refused as an invalid argument that names the region and its handle.
-//! Triton's own client examples unregister every CUDA region before they
-//! start, also when they only use system shared memory, so those calls must
-//! succeed here.
+//! A region is opened on the CUDA device the client names (an ordinal as
+//! this server sees it, `CUDA_VISIBLE_DEVICES` applied) and checked against
+//! the allocation behind the handle. Inputs are copied from the device and
+//! outputs to it; every range is checked against the registered size. On a
+//! server without a GPU the status is an empty list, unregistering succeeds
+//! (Triton's client examples unregister every CUDA region before they
+//! start, also when they use only system shared memory), and a register is
+//! refused with the reason no device can open the handle.
 
-use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-/// The size of a CUDA IPC memory handle (`cudaIpcMemHandle_t`).
-pub const IPC_HANDLE_BYTES: usize = 64;
+use bytes::Bytes;
+use nereid_gpu::{GpuError, Gpus, IpcMemory};
+use parking_lot::RwLock;
+
+use super::{MAX_REGIONS, TensorRegion};
+use crate::error::{Error, ErrorKind, Result};
+
+pub use nereid_gpu::IPC_HANDLE_BYTES;
 
 /// A registered CUDA region, as status reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,65 +32,214 @@ pub struct CudaRegionStatus {
     pub byte_size: u64,
 }
 
-/// The registered CUDA shared memory regions: none, without a GPU.
-#[derive(Debug, Default)]
-pub struct CudaSharedMemory;
+struct CudaRegion {
+    status: CudaRegionStatus,
+    /// The device memory, open; shared with copies in flight.
+    memory: Arc<IpcMemory>,
+}
+
+/// The registered CUDA shared memory regions (at most [`MAX_REGIONS`]:
+/// each holds an IPC mapping and a reference on its device's context).
+pub struct CudaSharedMemory {
+    gpus: Arc<Gpus>,
+    regions: RwLock<BTreeMap<String, CudaRegion>>,
+}
+
+impl std::fmt::Debug for CudaSharedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaSharedMemory").finish_non_exhaustive()
+    }
+}
 
 impl CudaSharedMemory {
-    /// Refuses to register `raw_handle` on `device_id` as `name`: a
-    /// malformed handle for what it is, a well-formed one because no device
-    /// here can open it.
+    /// Regions on `gpus`.
+    pub fn new(gpus: Arc<Gpus>) -> Self {
+        CudaSharedMemory {
+            gpus,
+            regions: RwLock::default(),
+        }
+    }
+
+    /// Opens `raw_handle` on device `device_id` as `name`, `byte_size` bytes.
     pub fn register(&self, name: &str, raw_handle: &[u8], device_id: i64, byte_size: u64) -> Result<()> {
         if name.is_empty() {
             return Err(Error::invalid("a shared memory region needs a name"));
         }
+        let refused =
+            |why: String| Error::invalid(format!("failed to register CUDA shared memory region '{name}': {why}"));
         if raw_handle.len() != IPC_HANDLE_BYTES {
-            return Err(Error::invalid(format!(
-                "failed to register CUDA shared memory region '{name}': 'raw_handle' must be a cudaIpcMemHandle_t \
-                 of {IPC_HANDLE_BYTES} bytes, got {} bytes",
+            return Err(refused(format!(
+                "'raw_handle' must be a cudaIpcMemHandle_t of {IPC_HANDLE_BYTES} bytes, got {} bytes",
                 raw_handle.len()
             )));
         }
-        Err(Error::invalid(format!(
-            "failed to register CUDA shared memory region '{name}' ({byte_size} bytes on device {device_id}): \
-             this server has no GPU, so its 'raw_handle' cannot be opened"
-        )))
+        if self.gpus.is_empty() {
+            return Err(refused(format!(
+                "this server has no GPU, so its 'raw_handle' cannot be opened ({})",
+                self.gpus.absent_reason().unwrap_or("none is visible")
+            )));
+        }
+        let ordinal = i32::try_from(device_id)
+            .ok()
+            .filter(|ordinal| self.gpus.get(*ordinal).is_some())
+            .ok_or_else(|| {
+                refused(format!(
+                    "'device_id' {device_id} is not a GPU this server sees; visible are {:?}",
+                    self.gpus.ordinals()
+                ))
+            })?;
+        let size = usize::try_from(byte_size).map_err(|_| refused(format!("'byte_size' {byte_size} is too large")))?;
+        if self.regions.read().contains_key(name) {
+            return Err(already(name));
+        }
+        if self.regions.read().len() >= MAX_REGIONS {
+            return Err(too_many());
+        }
+        let memory = IpcMemory::open(ordinal, raw_handle, size).map_err(|e| match e {
+            GpuError::NoDriver(_) => {
+                Error::unavailable(format!("failed to register CUDA shared memory region '{name}': {e}"))
+            }
+            _ => refused(e.to_string()),
+        })?;
+        let mut regions = self.regions.write();
+        if regions.contains_key(name) {
+            return Err(already(name));
+        }
+        if regions.len() >= MAX_REGIONS {
+            return Err(too_many());
+        }
+        regions.insert(
+            name.to_string(),
+            CudaRegion {
+                status: CudaRegionStatus {
+                    name: name.to_string(),
+                    device_id: device_id as u64,
+                    byte_size,
+                },
+                memory: Arc::new(memory),
+            },
+        );
+        tracing::debug!(region = %name, device_id, byte_size, "CUDA shared memory region registered");
+        Ok(())
     }
 
-    /// Unregisters `name` (every region when `None`): nothing to do, and an
-    /// unknown name is not an error, as in Triton.
-    pub fn unregister(&self, _name: Option<&str>) {}
-
-    /// The regions: none; a named one is unknown.
-    pub fn status(&self, name: Option<&str>) -> Result<Vec<CudaRegionStatus>> {
+    /// Unregisters `name` (every region when `None`); an unknown name is
+    /// not an error, as in Triton. Copies in flight finish first.
+    pub fn unregister(&self, name: Option<&str>) {
+        let mut regions = self.regions.write();
         match name {
-            Some(name) => Err(Error::not_found(format!(
-                "Unable to find cuda shared memory region: '{name}'"
-            ))),
-            None => Ok(Vec::new()),
+            Some(name) => {
+                regions.remove(name);
+            }
+            None => regions.clear(),
         }
     }
+
+    /// The regions (`name`'s alone when given; an unknown one is an error).
+    pub fn status(&self, name: Option<&str>) -> Result<Vec<CudaRegionStatus>> {
+        let regions = self.regions.read();
+        match name {
+            Some(name) => regions
+                .get(name)
+                .map(|r| vec![r.status.clone()])
+                .ok_or_else(|| Error::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
+            None => Ok(regions.values().map(|r| r.status.clone()).collect()),
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.regions.read().contains_key(name)
+    }
+
+    /// A copy of a tensor's bytes from the device.
+    pub fn read(&self, place: &TensorRegion) -> Result<Bytes> {
+        let memory = self.memory(&place.region)?;
+        let data = memory
+            .read(place.offset, place.byte_size)
+            .map_err(|e| copy_failed(place, &e))?;
+        Ok(Bytes::from(data))
+    }
+
+    /// Copies an output's bytes to the device; they must fit its range.
+    pub fn write(&self, place: &TensorRegion, output: &str, data: &[u8]) -> Result<()> {
+        if data.len() > place.byte_size {
+            return Err(Error::invalid(format!(
+                "output '{output}' has {} bytes, more than the {} given in shared memory region '{}'",
+                data.len(),
+                place.byte_size,
+                place.region
+            )));
+        }
+        self.memory(&place.region)?
+            .write(place.offset, data)
+            .map_err(|e| copy_failed(place, &e))
+    }
+
+    fn memory(&self, name: &str) -> Result<Arc<IpcMemory>> {
+        self.regions
+            .read()
+            .get(name)
+            .map(|r| Arc::clone(&r.memory))
+            .ok_or_else(|| Error::invalid(format!("Unable to find cuda shared memory region: '{name}'")))
+    }
+}
+
+fn copy_failed(place: &TensorRegion, error: &GpuError) -> Error {
+    Error::invalid(format!("CUDA shared memory region '{}': {error}", place.region))
+}
+
+fn already(name: &str) -> Error {
+    Error::new(
+        ErrorKind::AlreadyExists,
+        format!("shared memory region '{name}' already in manager"),
+    )
+}
+
+fn too_many() -> Error {
+    Error::new(
+        ErrorKind::ResourceExhausted,
+        format!("the server holds its maximum of {MAX_REGIONS} CUDA shared memory regions; unregister one first"),
+    )
 }
 
 #[cfg(test)]
 mod tests {
+    use nereid_gpu::Gpu;
+
     use super::*;
-    use crate::error::ErrorKind;
+
+    fn no_gpu() -> CudaSharedMemory {
+        CudaSharedMemory::new(Arc::new(Gpus::none("libcuda.so was not found")))
+    }
 
     #[test]
-    fn nothing_is_registered_and_unregistering_succeeds() {
-        let cuda = CudaSharedMemory;
+    fn without_a_gpu_nothing_is_registered_and_unregistering_succeeds() {
+        let cuda = no_gpu();
         cuda.unregister(None);
         cuda.unregister(Some("never"));
         assert_eq!(cuda.status(None).unwrap(), Vec::new());
         let unknown = cuda.status(Some("never")).unwrap_err();
         assert_eq!(unknown.kind(), ErrorKind::NotFound);
         assert!(unknown.message().contains("'never'"), "{unknown}");
+        let place = TensorRegion {
+            region: "never".into(),
+            byte_size: 4,
+            offset: 0,
+        };
+        assert!(!cuda.contains("never"));
+        assert!(
+            cuda.read(&place)
+                .unwrap_err()
+                .message()
+                .contains("Unable to find cuda shared memory region")
+        );
     }
 
     #[test]
-    fn a_register_is_refused_naming_the_region_and_its_handle() {
-        let cuda = CudaSharedMemory;
+    fn a_register_is_refused_naming_the_region_and_why() {
+        let cuda = no_gpu();
+        let e = cuda.register("", &[0; IPC_HANDLE_BYTES], 0, 64).unwrap_err();
+        assert!(e.message().contains("needs a name"), "{e}");
         let short = cuda.register("input", &[0; 3], 0, 64).unwrap_err();
         assert_eq!(short.kind(), ErrorKind::InvalidArgument);
         assert!(
@@ -91,8 +249,33 @@ mod tests {
         let whole = cuda.register("input", &[0; IPC_HANDLE_BYTES], 1, 64).unwrap_err();
         assert_eq!(whole.kind(), ErrorKind::InvalidArgument);
         assert!(
-            whole.message().contains("'input'") && whole.message().contains("no GPU"),
+            whole.message().contains("'input'")
+                && whole.message().contains("no GPU")
+                && whole.message().contains("libcuda.so was not found"),
             "{whole}"
         );
+        assert!(cuda.status(None).unwrap().is_empty());
+    }
+
+    /// The device is checked against the list before any handle is opened,
+    /// so this holds on any machine.
+    #[test]
+    fn a_device_the_server_does_not_see_is_refused_before_opening() {
+        let one = Gpus::listed(vec![Gpu {
+            ordinal: 0,
+            uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+            name: "listed".into(),
+            total_memory: 0,
+        }]);
+        let cuda = CudaSharedMemory::new(Arc::new(one));
+        for device in [1, -1, i64::from(i32::MAX) + 1] {
+            let e = cuda.register("r", &[0; IPC_HANDLE_BYTES], device, 64).unwrap_err();
+            assert!(
+                e.message().contains(&format!(
+                    "'device_id' {device} is not a GPU this server sees; visible are [0]"
+                )),
+                "{e}"
+            );
+        }
     }
 }

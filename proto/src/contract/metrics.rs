@@ -13,8 +13,9 @@
 //!   [`GPU_UTILIZATION`];
 //! - the chart's prometheus-adapter rules: the same, but for GPU utilisation.
 //!
-//! [`GPU_UTILIZATION`] is the exception the end-to-end scrape test names:
-//! Triton exports it on hosts with GPUs, nereid-server does not export it yet.
+//! The [`GPU_FAMILIES`] are exported only by a server that sees a GPU (and
+//! NVML), as Triton's are; the test that scrapes a real server checks them
+//! present or absent by what the machine has.
 
 /// The model a series is about.
 pub const MODEL_LABEL: &str = "model";
@@ -43,9 +44,31 @@ pub const CPU_UTILIZATION: &str = "nv_cpu_utilization";
 pub const CPU_MEMORY_TOTAL: &str = "nv_cpu_memory_total_bytes";
 /// Used memory of the host, bytes (gauge; no model).
 pub const CPU_MEMORY_USED: &str = "nv_cpu_memory_used_bytes";
-/// Utilisation of one GPU, 0 to 1 (gauge, labelled `gpu_uuid`; no model).
-/// Triton's; nereid-server does not export it yet.
+/// The device a GPU series is about, as NVML names it (`GPU-…`).
+pub const GPU_UUID_LABEL: &str = "gpu_uuid";
+/// Utilisation of one GPU, 0 to 1 (gauge, labelled [`GPU_UUID_LABEL`]; no model).
 pub const GPU_UTILIZATION: &str = "nv_gpu_utilization";
+/// Total memory of one GPU, bytes (gauge, labelled [`GPU_UUID_LABEL`]).
+pub const GPU_MEMORY_TOTAL: &str = "nv_gpu_memory_total_bytes";
+/// Used memory of one GPU, bytes (gauge, labelled [`GPU_UUID_LABEL`]).
+pub const GPU_MEMORY_USED: &str = "nv_gpu_memory_used_bytes";
+/// Power drawn by one GPU, watts (gauge, labelled [`GPU_UUID_LABEL`]).
+pub const GPU_POWER_USAGE: &str = "nv_gpu_power_usage";
+/// Power management limit of one GPU, watts (gauge, labelled [`GPU_UUID_LABEL`]).
+pub const GPU_POWER_LIMIT: &str = "nv_gpu_power_limit";
+/// Energy one GPU used since the server started, joules (counter, labelled
+/// [`GPU_UUID_LABEL`]).
+pub const GPU_ENERGY: &str = "nv_energy_consumption";
+
+/// The families only a server that sees a GPU exports.
+pub const GPU_FAMILIES: [&str; 6] = [
+    GPU_UTILIZATION,
+    GPU_MEMORY_TOTAL,
+    GPU_MEMORY_USED,
+    GPU_POWER_USAGE,
+    GPU_POWER_LIMIT,
+    GPU_ENERGY,
+];
 
 /// The three latency families of one phase of a request, each exported
 /// when `--metrics-config` asks for it (the durations by default).
@@ -105,8 +128,8 @@ pub fn all() -> Vec<&'static str> {
         CPU_UTILIZATION,
         CPU_MEMORY_TOTAL,
         CPU_MEMORY_USED,
-        GPU_UTILIZATION,
     ];
+    names.extend(GPU_FAMILIES);
     for latency in [
         REQUEST_LATENCY,
         QUEUE_LATENCY,
@@ -118,13 +141,6 @@ pub fn all() -> Vec<&'static str> {
     }
     names
 }
-
-/// Families nereid-server does not export (yet) although something reads
-/// them: only Triton's servers feed those readers. A test that scrapes a
-/// real server checks both ways: every other family read is exported, and
-/// these are not (so that exporting one fails the test until it leaves
-/// this list).
-pub const NOT_EXPORTED_YET: [&str; 1] = [GPU_UTILIZATION];
 
 #[cfg(test)]
 mod tests {

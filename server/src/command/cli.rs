@@ -237,7 +237,7 @@ pub struct MetricsArgs {
     /// Serve Prometheus metrics (Triton's names) on --metrics-port.
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub allow_metrics: bool,
-    /// Report GPU metrics (none are reported yet on this build; accepted for Triton's command lines).
+    /// Report GPU metrics (Triton's nv_gpu_* and nv_energy_consumption, per GPU), where a GPU and NVML are.
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub allow_gpu_metrics: bool,
     /// Report CPU utilization and memory.
@@ -249,7 +249,7 @@ pub struct MetricsArgs {
     /// Default: --http-address.
     #[arg(long)]
     pub metrics_address: Option<String>,
-    /// How often per-interval metrics (CPU, memory) are refreshed.
+    /// How often per-interval metrics (CPU, memory, GPU) are refreshed.
     #[arg(long, default_value_t = 2000)]
     pub metrics_interval_ms: u64,
     /// `<key>=<value>`, Triton's: counter_latencies, summary_latencies,

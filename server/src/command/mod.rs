@@ -27,6 +27,7 @@ use crate::in_flight::InFlight;
 use crate::local_control::LocalControl;
 use crate::logging::{self, LogControl};
 use crate::memory_budget::MemoryBudget;
+use crate::metrics::gpu::GpuMetrics;
 use crate::metrics::system::SystemMetrics;
 use crate::metrics::{Metrics, MetricsConfig};
 use crate::metrics_endpoint as endpoint;
@@ -42,6 +43,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use cli::{Args, listen_address};
 use hyper_util::service::TowerToHyperService;
+use nereid_gpu::{GpuMonitor, Gpus};
 use nereid_onnxruntime::OnnxRuntimeBackend;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -211,7 +213,8 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
         (None, Some(temporary)) => temporary.path().to_path_buf(),
         (None, None) => PathBuf::new(),
     };
-    let server = build_server(&args, &cache, &metrics, log, traces)?;
+    let gpus = Arc::new(discover_gpus());
+    let server = build_server(&args, &cache, &metrics, log, traces, &gpus)?;
     let listeners = Listeners::bind(&args).await?;
 
     // Models load before the ports are announced, so that "Started" means
@@ -284,6 +287,25 @@ async fn run(args: Args, log: Arc<LogControl>) -> Result<()> {
     Ok(())
 }
 
+/// The GPUs this process may use (`CUDA_VISIBLE_DEVICES` applied), logged
+/// as Triton logs them at start; none on a machine without a driver.
+fn discover_gpus() -> Gpus {
+    let gpus = Gpus::discover();
+    for gpu in gpus.devices() {
+        tracing::info!(
+            ordinal = gpu.ordinal,
+            uuid = %gpu.uuid,
+            name = %gpu.name,
+            memory_bytes = gpu.total_memory,
+            "GPU visible"
+        );
+    }
+    if let Some(reason) = gpus.absent_reason() {
+        tracing::info!(%reason, "no GPU visible: models run on the CPU");
+    }
+    gpus
+}
+
 /// The repositories, the model manager and the transport-free server.
 fn build_server(
     args: &Args,
@@ -291,6 +313,7 @@ fn build_server(
     metrics: &Arc<Metrics>,
     log: Arc<LogControl>,
     traces: Arc<Traces>,
+    gpus: &Arc<Gpus>,
 ) -> Result<Arc<InferenceServer>> {
     let roots = args
         .model_repositories
@@ -309,6 +332,7 @@ fn build_server(
             // Set by the manager, which holds the loaded models.
             members: Default::default(),
             unload_timeout: Duration::from_secs(args.model_unload_timeout_secs),
+            gpus: Arc::clone(gpus),
         },
     );
     Ok(InferenceServer::new(args.server_name.clone(), manager, log, traces))
@@ -362,6 +386,16 @@ fn serve(
             // The first scrape already sees memory (utilization needs two readings).
             system.refresh();
             tokio::spawn(system.run(Duration::from_millis(args.metrics.metrics_interval_ms)));
+        }
+        if args.metrics.allow_gpu_metrics {
+            match GpuMonitor::open(server.manager().gpus()) {
+                Ok(monitor) => {
+                    let mut gpu = GpuMetrics::register(metrics, monitor);
+                    gpu.refresh();
+                    tokio::spawn(gpu.run(Duration::from_millis(args.metrics.metrics_interval_ms)));
+                }
+                Err(reason) => tracing::info!(%reason, "no GPU metrics"),
+            }
         }
         let limits = ConnectionLimits {
             max_connections: METRICS_CONNECTIONS,

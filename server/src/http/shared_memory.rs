@@ -1,6 +1,5 @@
 //! Triton's shared memory extensions over HTTP: register, status and
-//! unregister of named regions, system and CUDA (on a server without a GPU,
-//! see `shared_memory::cuda`).
+//! unregister of named regions, system and CUDA (`shared_memory::cuda`).
 
 use std::collections::HashMap;
 
