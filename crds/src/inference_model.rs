@@ -116,6 +116,7 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = crate::rules::CANARY_NOT_ASLEEP.cel())]
+#[x_kube(validation = crate::rules::GPU_KIND_NEEDS_GPU.cel())]
 pub struct InferenceModelSpec {
     /// Where the model comes from: its storage URI, credentials and version policy.
     pub source: ModelSource,

@@ -118,6 +118,18 @@ pub const CANARY_NOT_ASLEEP: Check = Check::new(
     "spec.canary cannot be combined with spec.autoscaling.minReplicas 0 (a model that scales to zero has no canary)",
 );
 
+/// On `InferenceModelSpec`: a KIND_GPU instance group needs a GPU in the
+/// pod, or the server in it sees none and the model never loads.
+pub const GPU_KIND_NEEDS_GPU: Check = Check::new(
+    "!has(self.config) || !has(self.config.instanceGroup) || \
+     !self.config.instanceGroup.exists(g, has(g.kind) && g.kind == 'KIND_GPU') || \
+     (has(self.resources) && has(self.resources.gpu) && self.resources.gpu >= 1)",
+    "spec.config.instanceGroup asks for KIND_GPU, so spec.resources.gpu must be at least 1",
+);
+
+/// The most instance groups a model's config may list.
+pub const MAX_INSTANCE_GROUPS: usize = 16;
+
 /// On `Autoscaling.maxReplicas`.
 pub const MAX_REPLICAS: Check = Check::new("self >= 1", "spec.autoscaling.maxReplicas must be >= 1");
 

@@ -15,7 +15,7 @@ pub use ensemble::{ensemble_dag, validate_ensemble};
 pub use quantity::parse_quantity;
 
 use crate::rules::{self, Check};
-use crate::{Autoscaling, Canary, InferenceModelSpec, ModelConfigOverride, ServerPorts, VersionPolicy};
+use crate::{Autoscaling, Canary, InferenceModelSpec, InstanceKind, ModelConfigOverride, ServerPorts, VersionPolicy};
 
 /// Checks an InferenceModel spec; returns every problem found.
 pub fn validate(spec: &InferenceModelSpec) -> Result<(), Vec<String>> {
@@ -39,6 +39,13 @@ pub fn validate(spec: &InferenceModelSpec) -> Result<(), Vec<String>> {
     }
     let asleep = spec.autoscaling.as_ref().is_some_and(Autoscaling::scales_to_zero);
     errors.check(!(asleep && spec.canary.is_some()), rules::CANARY_NOT_ASLEEP);
+    let wants_gpu = spec
+        .config
+        .as_ref()
+        .and_then(|c| c.instance_group.as_ref())
+        .is_some_and(|groups| groups.iter().any(|g| g.kind == Some(InstanceKind::Gpu)));
+    let has_gpu = spec.resources.as_ref().and_then(|r| r.gpu).is_some_and(|n| n >= 1);
+    errors.check(!wants_gpu || has_gpu, rules::GPU_KIND_NEEDS_GPU);
     errors.into_result()
 }
 
@@ -127,6 +134,17 @@ fn check_version(errors: &mut Errors, version: &VersionPolicy) {
 fn check_config(errors: &mut Errors, config: &ModelConfigOverride) {
     if config.max_batch_size.is_some_and(|b| b < 0) {
         errors.push("spec.config.maxBatchSize must be >= 0");
+    }
+    if let Some(groups) = config
+        .instance_group
+        .as_ref()
+        .filter(|g| g.len() > rules::MAX_INSTANCE_GROUPS)
+    {
+        errors.push(format!(
+            "spec.config.instanceGroup lists {} groups; at most {} are allowed",
+            groups.len(),
+            rules::MAX_INSTANCE_GROUPS
+        ));
     }
 }
 

@@ -124,8 +124,10 @@ fn inference_model_cel_rules() {
     has_rule(&s, "spec.autoscaling.minReplicas", MIN_REPLICAS);
     has_rule(&s, "spec.autoscaling.maxReplicas", MAX_REPLICAS);
     has_rule(&s, "spec.autoscaling.target", TARGET_QUANTITY);
-    // Strings read by rules are bounded, so the CEL cost estimate fits.
+    has_rule(&s, "spec", GPU_KIND_NEEDS_GPU);
+    // Strings and lists read by rules are bounded, so the CEL cost estimate fits.
     assert_eq!(at(&s, "spec.source.uri")["maxLength"], 2048);
+    assert_eq!(at(&s, "spec.config.instanceGroup")["maxItems"], 16);
     assert_eq!(at(&s, "spec.autoscaling.target")["maxLength"], 64);
     // The GPU count cannot be negative (schema minimum).
     assert_eq!(at(&s, "spec.resources.gpu")["minimum"].as_f64(), Some(0.0));

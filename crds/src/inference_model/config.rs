@@ -19,6 +19,7 @@ pub struct ModelConfigOverride {
     pub dynamic_batching: Option<DynamicBatching>,
     /// Model instances per pod and where they run (replaces the repository's list).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = crate::rules::MAX_INSTANCE_GROUPS))]
     pub instance_group: Option<Vec<InstanceGroup>>,
     /// Backend parameters (Triton's `parameters`, string values).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -165,6 +165,28 @@ fn scale_to_zero_settings_need_min_replicas_zero_and_sane_durations() {
 }
 
 #[test]
+fn a_gpu_instance_group_needs_a_gpu_in_the_pod() {
+    let mut spec = model();
+    spec.config = Some(ModelConfigOverride {
+        instance_group: Some(vec![InstanceGroup {
+            count: Some(1),
+            kind: Some(InstanceKind::Gpu),
+        }]),
+        ..Default::default()
+    });
+    assert_eq!(errors(&spec), [rules::GPU_KIND_NEEDS_GPU.message]);
+    spec.resources = Some(ModelResources {
+        gpu: Some(1),
+        ..Default::default()
+    });
+    assert_eq!(validate(&spec), Ok(()));
+    // KIND_AUTO runs where the pod lets it.
+    spec.resources = None;
+    spec.config.as_mut().unwrap().instance_group.as_mut().unwrap()[0].kind = Some(InstanceKind::Auto);
+    assert_eq!(validate(&spec), Ok(()));
+}
+
+#[test]
 fn autoscaling_target_is_a_positive_quantity() {
     for bad in ["", "fast", "0", "-5", "1.2.3"] {
         let mut spec = model();
