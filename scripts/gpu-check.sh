@@ -11,7 +11,9 @@
 #                                    that needs no device, the rest skipped
 #                                    with the reason
 #
-# It starts nereid-server on loopback with scripts/gpu-check/models, runs
+# On the device it first runs nereid-gpu's tests (discovery; a batch staged
+# in pinned memory, copied to the device and read back). Then it
+# starts nereid-server on loopback with scripts/gpu-check/models, runs
 # scripts/gpu-check/check.py against it (placement, GPU metrics against
 # nvidia-smi, torch on the GPU through dynamic batching, CUDA shared memory
 # with tritonclient, throughput against in-process torch), stops the
@@ -36,8 +38,17 @@ esac
 
 if [ "$mode" = bundle ]; then
     (cd "$repo" && cargo build --release -p nereid-server)
+    # nereid-gpu's own tests, which touch the device where there is one
+    # (discovery, staging a batch there and reading it back).
+    unit=$(cd "$repo" && cargo test --release -p nereid-gpu --lib --no-run --message-format=json 2>/dev/null \
+        | "$repo/.venv/bin/python" -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "nereid_gpu":
+        print(m["executable"])')
     rm -rf "$bundle" && mkdir -p "$bundle/site" "$bundle/wheels"
     cp "$repo/target/release/nereid-server" "$bundle/"
+    cp "$unit" "$bundle/nereid-gpu-tests"
     python="$repo/.venv/bin/python"
     # tritonclient's CUDA shared memory helpers are pure Python (they need
     # cuda-bindings and numpy, which the device machine has, and ml_dtypes,
@@ -140,9 +151,15 @@ PY
 
 dry=()
 [ "$mode" = dry-run ] && dry=(--dry-run)
+unit=()
+if [ "$mode" = device ] && [ -x "$bundle/nereid-gpu-tests" ]; then
+    unit_status=0
+    timeout 120 "$bundle/nereid-gpu-tests" --nocapture >"$OUT/gpu-unit.txt" 2>&1 || unit_status=$?
+    unit=(--unit-tests "$OUT/gpu-unit.txt" --unit-status "$unit_status")
+fi
 status=0
 timeout 300 "$python" "$repo/scripts/gpu-check/check.py" --http "$http" \
-    --metrics "http://127.0.0.1:$metrics_port" --report "$OUT/gpu-check.json" "${dry[@]}" \
+    --metrics "http://127.0.0.1:$metrics_port" --report "$OUT/gpu-check.json" "${dry[@]}" "${unit[@]}" \
     | tee "$OUT/check.txt" || status=$?
 echo "report: $OUT/gpu-check.json (exit $status)"
 exit "$status"

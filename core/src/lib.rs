@@ -29,6 +29,8 @@
 //!   ensemble_scheduler            Triton's ensembles: the DAG planned at load, its steps run as ready
 //!   scheduler/ordering            preserve_ordering
 //! batch                           requests into one batch, outputs back per request
+//! staging                         a batch's inputs gathered and copied to a device once each
+//!                                 (the device behind a trait; nereid-gpu's is CUDA)
 //! instance_pool                   one thread per instance, executing batches through one sink
 //! backend                         the Backend trait and its registry; builtin (identity, add_sub,
 //!                                 repeat, accumulate); settings (--backend-config)
@@ -41,11 +43,12 @@
 //!   datatype, parameter
 //! error                           one error type with Triton's kinds
 //! shared_memory                   Triton's system shared memory regions (read and written in place),
-//!                                 and CUDA's (none without a GPU)
+//!                                 and CUDA's (device memory shared through IPC handles)
 //! memory_budget                   the global cap on request bytes held at once
 //! ```
 //!
-//! `shared_memory::object` (`geteuid`) holds this crate's only `unsafe` code.
+//! `shared_memory::object` (`geteuid`) holds this crate's only `unsafe` code; the GPU's is in
+//! `nereid-gpu`.
 
 pub mod backend;
 pub mod batch;
@@ -70,6 +73,7 @@ pub mod scheduler;
 pub mod sequence_batcher;
 pub mod server;
 pub mod shared_memory;
+pub mod staging;
 pub mod statistics;
 pub mod tensor;
 pub mod trace;

@@ -7,6 +7,8 @@
 //! - [`monitor`]: NVML readings per device, for Triton's GPU metrics.
 //! - [`ipc`]: device memory another process shares through a CUDA IPC
 //!   handle (Triton's CUDA shared memory), copied to and from the host.
+//! - [`staging`]: pinned host and device buffers an instance stages its
+//!   batches through.
 //!
 //! cudarc panics when a driver function is called without libcuda, so every
 //! CUDA call here goes through [`driver`], which checks for the library and
@@ -17,6 +19,7 @@
 pub mod devices;
 pub mod ipc;
 pub mod monitor;
+pub mod staging;
 
 use std::sync::OnceLock;
 
@@ -25,6 +28,7 @@ use cudarc::driver::{result, sys};
 pub use devices::{Gpu, Gpus};
 pub use ipc::{IPC_HANDLE_BYTES, IpcMemory};
 pub use monitor::{GpuMonitor, GpuReading};
+pub use staging::DeviceStaging;
 
 /// What went wrong with a GPU call, with the call named.
 #[derive(Debug, thiserror::Error)]

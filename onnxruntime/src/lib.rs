@@ -5,7 +5,8 @@
 //! its ONNX models are UNAVAILABLE with the reason. The backend owns the
 //! ONNX Runtime environment its sessions are made in (the binary plugs one
 //! backend into the core's registry); each instance owns its session on its
-//! own worker thread.
+//! own worker thread. A GPU instance runs the CUDA execution provider and
+//! stages each batch's inputs on its device (`nereid_core::staging`).
 
 mod graph_io;
 
@@ -17,9 +18,10 @@ use half::{bf16, f16};
 use nereid_proto::inference::ModelConfig;
 use ort::environment::Environment;
 use ort::ep::{ExecutionProvider, ExecutionProviderDispatch};
-use ort::session::Session;
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
-use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType};
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynValue, Shape, Tensor as OrtTensor, TensorElementType, TensorRefMut};
 
 use nereid_core::backend::{
     Backend, BatchInput, BatchedInstance, Device, Execution, InstanceSpec, ModelInstance, model_file,
@@ -28,8 +30,10 @@ use nereid_core::datatype::DataType;
 use nereid_core::error::{Error, Result};
 use nereid_core::model_config::autocomplete::ModelSignature;
 use nereid_core::model_config::parameter;
+use nereid_core::staging::{StagedInput, Stager};
 use nereid_core::statistics::ComputeTiming;
 use nereid_core::tensor::{Tensor, bytes_elements, push_bytes_element};
+use nereid_gpu::DeviceStaging;
 
 /// The `onnxruntime` backend and the ONNX Runtime environment its sessions
 /// are made in.
@@ -96,7 +100,19 @@ impl Backend for OnnxRuntimeBackend {
             spec.intra_op_threads,
         )?;
         let output_names = session.outputs().iter().map(|o| o.name().to_string()).collect();
-        Ok(Box::new(OnnxInstance { session, output_names }))
+        // A GPU instance stages each batch in pinned memory and hands ONNX
+        // Runtime device buffers: one transfer per input and batch.
+        let staging = match spec.device {
+            Device::Cpu => None,
+            Device::Gpu(ordinal) => Some(Stager::new(DeviceStaging::new(ordinal).map_err(|e| {
+                Error::unavailable(format!("GPU {ordinal}: cannot stage batches for the instance: {e}"))
+            })?)),
+        };
+        Ok(Box::new(OnnxInstance {
+            session,
+            output_names,
+            staging,
+        }))
     }
 
     /// When the loaded library has the CUDA execution provider (the
@@ -184,14 +200,24 @@ fn to_datatype(t: TensorElementType) -> Option<DataType> {
 struct OnnxInstance {
     session: Session,
     output_names: Vec<String>,
+    /// On a GPU instance: where batches are gathered and copied to the device.
+    staging: Option<Stager<DeviceStaging>>,
 }
 
 impl BatchedInstance for OnnxInstance {
     fn run(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
-        let mut values: Vec<(String, DynValue)> = Vec::with_capacity(inputs.len());
+        let staged = match &mut self.staging {
+            Some(stager) => stager.stage(&inputs)?.0,
+            None => Vec::new(),
+        };
+        let mut values: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(inputs.len());
         for input in &inputs {
-            values.push((input.name.clone(), to_ort(input)?));
+            let value = match staged.iter().find(|s| s.name == input.name) {
+                Some(staged) => on_device(input, staged)?,
+                None => to_ort(input)?.into(),
+            };
+            values.push((input.name.clone(), value));
         }
         let input_done = Instant::now();
         let outputs = self
@@ -214,6 +240,51 @@ impl BatchedInstance for OnnxInstance {
                 output: infer_done.elapsed(),
             },
         })
+    }
+}
+
+/// A staged input as an ONNX Runtime value over its device buffer, which
+/// the CUDA execution provider reads in place.
+fn on_device(input: &BatchInput, staged: &StagedInput) -> Result<SessionInputValue<'static>> {
+    let fail = |e: ort::Error| Error::internal(format!("input '{}' on GPU {}: {e}", input.name, staged.buffer.device));
+    let memory = MemoryInfo::new(
+        AllocationDevice::CUDA,
+        staged.buffer.device,
+        AllocatorType::Device,
+        MemoryType::Default,
+    )
+    .map_err(fail)?;
+    let address = staged.buffer.address as usize as *mut std::ffi::c_void;
+    let shape = Shape::from(staged.shape.as_slice());
+    macro_rules! view {
+        ($ty:ty) => {{
+            // SAFETY: the staging holds `len` bytes of this input at `address`
+            // on the device until the next batch is staged, after this run
+            // has returned and its values were dropped; the shape's element
+            // count times the element size is `len` (the batch was checked).
+            #[allow(unsafe_code)]
+            let view = unsafe { TensorRefMut::<$ty>::from_raw(memory, address, shape) };
+            view.map(SessionInputValue::from).map_err(fail)
+        }};
+    }
+    match input.datatype {
+        DataType::Bool => view!(bool),
+        DataType::Uint8 => view!(u8),
+        DataType::Uint16 => view!(u16),
+        DataType::Uint32 => view!(u32),
+        DataType::Uint64 => view!(u64),
+        DataType::Int8 => view!(i8),
+        DataType::Int16 => view!(i16),
+        DataType::Int32 => view!(i32),
+        DataType::Int64 => view!(i64),
+        DataType::Fp16 => view!(f16),
+        DataType::Bf16 => view!(bf16),
+        DataType::Fp32 => view!(f32),
+        DataType::Fp64 => view!(f64),
+        DataType::Bytes => Err(Error::internal(format!(
+            "input '{}': BYTES tensors are not staged on the device",
+            input.name
+        ))),
     }
 }
 
