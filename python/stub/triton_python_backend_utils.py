@@ -136,13 +136,71 @@ class _DLPackCapsule:
         return self._capsule
 
     def __dlpack_device__(self):
-        return (1, 0)  # kDLCPU
+        return _capsule_device(self._capsule)
+
+
+_DL_CPU = 1
+_DL_CUDA = 2
+
+
+def _capsule_device(capsule):
+    """(device type, id) of an unconsumed DLPack capsule, read from its
+    DLTensor without taking it: `data` (a pointer), then the DLDevice."""
+    import ctypes
+
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    try:
+        managed = get_pointer(capsule, b"dltensor")
+    except ValueError:
+        raise TritonModelException("not a DLPack capsule (or one already consumed)")
+    device = (ctypes.c_int32 * 2).from_address(managed + ctypes.sizeof(ctypes.c_void_p))
+    return (int(device[0]), int(device[1]))
+
+
+def _gpu_import(producer):
+    """A CUDA DLPack tensor as the GPU library that made it sees it: torch
+    when it is importable, else CuPy. The memory stays on the device."""
+    try:
+        import torch.utils.dlpack
+
+        return torch.utils.dlpack.from_dlpack(producer)
+    except ImportError:
+        pass
+    try:
+        import cupy
+
+        return cupy.from_dlpack(producer)
+    except ImportError:
+        raise TritonModelException("a GPU tensor needs torch or cupy in the model's Python environment")
+
+
+def _gpu_dtype(gpu):
+    """The numpy dtype of a torch or CuPy tensor."""
+    dtype = gpu.dtype
+    if isinstance(dtype, np.dtype):
+        return dtype
+    name = str(dtype).replace("torch.", "")
+    try:
+        return np.dtype({"bool": "bool", "half": "float16", "float": "float32", "double": "float64"}.get(name, name))
+    except TypeError:
+        raise TritonModelException("GPU tensors of %s have no Triton datatype here" % dtype)
+
+
+def _gpu_to_host(gpu):
+    """A copy of a GPU tensor in host memory (torch waits for its stream)."""
+    if hasattr(gpu, "detach"):
+        return gpu.detach().cpu().numpy()
+    return gpu.get()
 
 
 class Tensor:
-    """A named tensor backed by a numpy array (CPU only)."""
+    """A named tensor: a numpy array, or a tensor in GPU memory (from a
+    DLPack capsule a model made with torch or CuPy), copied to the host
+    once, when the response or request carrying it leaves the stub."""
 
-    __slots__ = ("_name", "_array", "_datatype", "__weakref__")
+    __slots__ = ("_name", "_array", "_datatype", "_gpu", "__weakref__")
 
     def __init__(self, name, data, *_ignored):
         if not isinstance(data, np.ndarray):
@@ -155,6 +213,7 @@ class Tensor:
         self._name = str(name)
         self._array = data
         self._datatype = datatype
+        self._gpu = None
 
     @classmethod
     def _wrap(cls, name, array, datatype):
@@ -162,49 +221,73 @@ class Tensor:
         t._name = name
         t._array = array
         t._datatype = datatype
+        t._gpu = None
         return t
 
     def name(self):
         return self._name
 
     def as_numpy(self):
+        if self._gpu is not None:
+            raise TritonModelException(
+                "tensor %r is in GPU memory: as_numpy() reads CPU tensors (to_dlpack() gives the GPU tensor)"
+                % self._name
+            )
         return self._array
 
     def shape(self):
+        if self._gpu is not None:
+            return [int(d) for d in self._gpu.shape]
         return list(self._array.shape)
 
     def triton_dtype(self):
         return _TYPE_NUMBERS[self._datatype]
 
     def is_cpu(self):
-        return True
+        return self._gpu is None
 
     def to_dlpack(self):
+        if self._gpu is not None:
+            return self._gpu.__dlpack__()
         if self._datatype == "BYTES":
             raise TritonModelException("tensor %r: BYTES tensors have no DLPack form" % self._name)
         return self._array.__dlpack__()
 
     @staticmethod
     def from_dlpack(name, capsule):
-        if not hasattr(capsule, "__dlpack__"):
-            capsule = _DLPackCapsule(capsule)
+        producer = capsule if hasattr(capsule, "__dlpack__") else _DLPackCapsule(capsule)
         try:
-            array = np.from_dlpack(capsule)
+            device_type = int(producer.__dlpack_device__()[0])
+        except TritonModelException:
+            raise
+        except Exception as e:
+            raise TritonModelException("tensor %r: cannot read the DLPack tensor's device: %s" % (name, e))
+        if device_type == _DL_CUDA:
+            gpu = _gpu_import(producer)
+            datatype = _rt.datatype_of(_gpu_dtype(gpu))
+            if datatype is None or datatype == "BYTES":
+                raise TritonModelException("tensor %r: GPU dtype %s has no Triton datatype" % (name, gpu.dtype))
+            t = Tensor._wrap(str(name), None, datatype)
+            t._gpu = gpu
+            return t
+        try:
+            array = np.from_dlpack(producer)
         except Exception as e:
             raise TritonModelException(
-                "tensor %r: cannot import the DLPack tensor (only CPU memory is supported): %s"
-                % (name, e)
+                "tensor %r: cannot import the DLPack tensor (CPU and CUDA memory are supported): %s" % (name, e)
             )
         return Tensor(name, array)
 
     def __repr__(self):
-        return "Tensor(%r, %s, shape=%s)" % (self._name, self._datatype, list(self._array.shape))
+        where = "GPU" if self._gpu is not None else "CPU"
+        return "Tensor(%r, %s, shape=%s, %s)" % (self._name, self._datatype, self.shape(), where)
 
 
 def _tensor_to_wire(rt, tensor):
     if not isinstance(tensor, Tensor):
         raise TritonModelException("expected a pb_utils.Tensor, got %s" % type(tensor).__name__)
-    return _rt.write_tensor(rt.stub_pool, tensor._name, tensor._array, tensor._datatype)
+    array = tensor._array if tensor._gpu is None else _gpu_to_host(tensor._gpu)
+    return _rt.write_tensor(rt.stub_pool, tensor._name, array, tensor._datatype)
 
 
 def _tensor_from_wire(rt, desc):

@@ -740,6 +740,13 @@ def test_tensor_api():
     np.testing.assert_array_equal(u.as_numpy(), t.as_numpy())
     v = pb_utils.Tensor.from_dlpack("z", t.as_numpy())
     assert v.as_numpy().shape == (2, 3)
+    # A bare capsule's device is read without consuming it; a consumed one
+    # is refused with a reason rather than crashing the stub.
+    capsule = t.to_dlpack()
+    assert pb_utils._capsule_device(capsule) == (1, 0)
+    np.from_dlpack(pb_utils._DLPackCapsule(capsule))
+    with pytest.raises(pb_utils.TritonModelException, match="consumed"):
+        pb_utils.Tensor.from_dlpack("w", capsule)
     assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
     assert pb_utils.numpy_to_triton_type(np.int64) == 9 and pb_utils.triton_to_numpy_type(12) is np.float64
     e = pb_utils.TritonError("m")
