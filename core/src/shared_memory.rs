@@ -20,15 +20,15 @@
 
 pub mod cuda;
 mod object;
+mod table;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use parking_lot::RwLock;
 
 use self::object::SharedObject;
-use crate::error::{Error, ErrorKind, Result};
+use self::table::RegionTable;
+use crate::error::{Error, Result};
 use crate::parameter::{Parameter, Parameters};
 
 /// What every parameter that places a tensor in a region starts with.
@@ -100,16 +100,18 @@ impl TensorRegion {
     }
 }
 
-struct Region {
-    status: RegionStatus,
-    /// The object, open; shared with reads in flight.
-    object: Arc<SharedObject>,
+/// The registered system shared memory regions.
+pub struct SharedMemory {
+    /// Each region's status and its object, open (shared with reads in flight).
+    regions: RegionTable<RegionStatus, SharedObject>,
 }
 
-/// The registered system shared memory regions.
-#[derive(Default)]
-pub struct SharedMemory {
-    regions: RwLock<BTreeMap<String, Region>>,
+impl Default for SharedMemory {
+    fn default() -> Self {
+        SharedMemory {
+            regions: RegionTable::new("system"),
+        }
+    }
 }
 
 impl std::fmt::Debug for SharedMemory {
@@ -121,44 +123,18 @@ impl std::fmt::Debug for SharedMemory {
 impl SharedMemory {
     /// Registers `[offset, offset + byte_size)` of the object `key` as `name`.
     pub fn register(&self, name: &str, key: &str, offset: usize, byte_size: usize) -> Result<()> {
-        if name.is_empty() {
-            return Err(Error::invalid("a shared memory region needs a name"));
-        }
-        if self.regions.read().contains_key(name) {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("shared memory region '{name}' already in manager"),
-            ));
-        }
+        self.regions.check_new(name)?;
         let end = offset
             .checked_add(byte_size)
             .ok_or_else(|| Error::invalid("offset + byte_size is too large"))?;
-        if self.regions.read().len() >= MAX_REGIONS {
-            return Err(too_many());
-        }
-        let object = Arc::new(SharedObject::open(key, end)?);
-        let mut regions = self.regions.write();
-        if regions.contains_key(name) {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("shared memory region '{name}' already in manager"),
-            ));
-        }
-        if regions.len() >= MAX_REGIONS {
-            return Err(too_many());
-        }
-        regions.insert(
-            name.to_string(),
-            Region {
-                status: RegionStatus {
-                    name: name.to_string(),
-                    key: key.to_string(),
-                    offset,
-                    byte_size,
-                },
-                object,
-            },
-        );
+        let object = SharedObject::open(key, end)?;
+        let status = RegionStatus {
+            name: name.to_string(),
+            key: key.to_string(),
+            offset,
+            byte_size,
+        };
+        self.regions.insert(name, status, object)?;
         tracing::debug!(region = %name, %key, offset, byte_size, "shared memory region registered");
         Ok(())
     }
@@ -166,25 +142,12 @@ impl SharedMemory {
     /// Unregisters `name` (every region when `None`). An unknown name is
     /// not an error, as in Triton.
     pub fn unregister(&self, name: Option<&str>) {
-        let mut regions = self.regions.write();
-        match name {
-            Some(name) => {
-                regions.remove(name);
-            }
-            None => regions.clear(),
-        }
+        self.regions.unregister(name);
     }
 
     /// The regions (`name`'s alone when given; an unknown one is an error).
     pub fn status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>> {
-        let regions = self.regions.read();
-        match name {
-            Some(name) => regions
-                .get(name)
-                .map(|r| vec![r.status.clone()])
-                .ok_or_else(|| unknown(name)),
-            None => Ok(regions.values().map(|r| r.status.clone()).collect()),
-        }
+        self.regions.status(name, unknown)
     }
 
     /// A copy of a tensor's bytes from its region.
@@ -197,12 +160,7 @@ impl SharedMemory {
     /// Writes an output's bytes into its region; they must fit its range.
     pub fn write(&self, place: &TensorRegion, output: &str, data: &[u8]) -> Result<()> {
         if data.len() > place.byte_size {
-            return Err(Error::invalid(format!(
-                "output '{output}' has {} bytes, more than the {} given in shared memory region '{}'",
-                data.len(),
-                place.byte_size,
-                place.region
-            )));
+            return Err(too_large(place, output, data.len()));
         }
         let (object, at) = self.locate(place, data.len())?;
         if object.write(at, data) {
@@ -215,26 +173,26 @@ impl SharedMemory {
     /// The region's object and where `place` starts in it, once `place`'s
     /// range (of `count` bytes) is checked to lie inside the region.
     fn locate(&self, place: &TensorRegion, count: usize) -> Result<(Arc<SharedObject>, usize)> {
-        let regions = self.regions.read();
-        let region = regions.get(&place.region).ok_or_else(|| unknown(&place.region))?;
+        let (status, object) = self.regions.get(&place.region).ok_or_else(|| unknown(&place.region))?;
         let end = place.offset.checked_add(count);
-        if end.is_none_or(|end| end > region.status.byte_size) {
+        if end.is_none_or(|end| end > status.byte_size) {
             return Err(out_of_bounds(place, count));
         }
-        Ok((Arc::clone(&region.object), region.status.offset + place.offset))
+        Ok((object, status.offset + place.offset))
     }
+}
+
+/// An output larger than the range its request gave it in a region.
+pub(crate) fn too_large(place: &TensorRegion, output: &str, len: usize) -> Error {
+    Error::invalid(format!(
+        "output '{output}' has {len} bytes, more than the {} given in shared memory region '{}'",
+        place.byte_size, place.region
+    ))
 }
 
 /// The most regions registered at once: each holds an open descriptor.
 /// Triton's clients register one or two per tensor they place.
 pub const MAX_REGIONS: usize = 1024;
-
-fn too_many() -> Error {
-    Error::new(
-        ErrorKind::ResourceExhausted,
-        format!("the server holds its maximum of {MAX_REGIONS} shared memory regions; unregister one first"),
-    )
-}
 
 /// The range was inside the region, but the object no longer has it: its
 /// owner made it smaller after registering it.

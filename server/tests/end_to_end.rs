@@ -284,14 +284,7 @@ async fn broken_models_are_unavailable_and_the_rest_serve() {
         "{reason}"
     );
     // The default group resolves to the CPU for a CPU-only backend.
-    let config: Value = http
-        .get(format!("{}/v2/models/good/config", server.http))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let config = get_json(format!("{}/v2/models/good/config", server.http)).await;
     assert_eq!(config["instance_group"][0]["kind"], "KIND_CPU", "{config}");
 
     let body = json!({

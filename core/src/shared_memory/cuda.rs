@@ -12,15 +12,14 @@
 //! start, also when they use only system shared memory), and a register is
 //! refused with the reason no device can open the handle.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use nereid_gpu::{GpuError, Gpus, IpcMemory};
-use parking_lot::RwLock;
 
-use super::{MAX_REGIONS, TensorRegion};
-use crate::error::{Error, ErrorKind, Result};
+use super::TensorRegion;
+use super::table::RegionTable;
+use crate::error::{Error, Result};
 
 pub use nereid_gpu::IPC_HANDLE_BYTES;
 
@@ -32,17 +31,12 @@ pub struct CudaRegionStatus {
     pub byte_size: u64,
 }
 
-struct CudaRegion {
-    status: CudaRegionStatus,
-    /// The device memory, open; shared with copies in flight.
-    memory: Arc<IpcMemory>,
-}
-
-/// The registered CUDA shared memory regions (at most [`MAX_REGIONS`]:
+/// The registered CUDA shared memory regions (at most [`super::MAX_REGIONS`]:
 /// each holds an IPC mapping and a reference on its device's context).
 pub struct CudaSharedMemory {
     gpus: Arc<Gpus>,
-    regions: RwLock<BTreeMap<String, CudaRegion>>,
+    /// Each region's status and its device memory, open (shared with copies in flight).
+    regions: RegionTable<CudaRegionStatus, IpcMemory>,
 }
 
 impl std::fmt::Debug for CudaSharedMemory {
@@ -56,7 +50,7 @@ impl CudaSharedMemory {
     pub fn new(gpus: Arc<Gpus>) -> Self {
         CudaSharedMemory {
             gpus,
-            regions: RwLock::default(),
+            regions: RegionTable::new("CUDA"),
         }
     }
 
@@ -89,36 +83,19 @@ impl CudaSharedMemory {
                 ))
             })?;
         let size = usize::try_from(byte_size).map_err(|_| refused(format!("'byte_size' {byte_size} is too large")))?;
-        if self.regions.read().contains_key(name) {
-            return Err(already(name));
-        }
-        if self.regions.read().len() >= MAX_REGIONS {
-            return Err(too_many());
-        }
+        self.regions.check_new(name)?;
         let memory = IpcMemory::open(ordinal, raw_handle, size).map_err(|e| match e {
             GpuError::NoDriver(_) => {
                 Error::unavailable(format!("failed to register CUDA shared memory region '{name}': {e}"))
             }
             _ => refused(e.to_string()),
         })?;
-        let mut regions = self.regions.write();
-        if regions.contains_key(name) {
-            return Err(already(name));
-        }
-        if regions.len() >= MAX_REGIONS {
-            return Err(too_many());
-        }
-        regions.insert(
-            name.to_string(),
-            CudaRegion {
-                status: CudaRegionStatus {
-                    name: name.to_string(),
-                    device_id: device_id as u64,
-                    byte_size,
-                },
-                memory: Arc::new(memory),
-            },
-        );
+        let status = CudaRegionStatus {
+            name: name.to_string(),
+            device_id: device_id as u64,
+            byte_size,
+        };
+        self.regions.insert(name, status, memory)?;
         tracing::debug!(region = %name, device_id, byte_size, "CUDA shared memory region registered");
         Ok(())
     }
@@ -126,29 +103,18 @@ impl CudaSharedMemory {
     /// Unregisters `name` (every region when `None`); an unknown name is
     /// not an error, as in Triton. Copies in flight finish first.
     pub fn unregister(&self, name: Option<&str>) {
-        let mut regions = self.regions.write();
-        match name {
-            Some(name) => {
-                regions.remove(name);
-            }
-            None => regions.clear(),
-        }
+        self.regions.unregister(name);
     }
 
     /// The regions (`name`'s alone when given; an unknown one is an error).
     pub fn status(&self, name: Option<&str>) -> Result<Vec<CudaRegionStatus>> {
-        let regions = self.regions.read();
-        match name {
-            Some(name) => regions
-                .get(name)
-                .map(|r| vec![r.status.clone()])
-                .ok_or_else(|| Error::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
-            None => Ok(regions.values().map(|r| r.status.clone()).collect()),
-        }
+        self.regions.status(name, |name| {
+            Error::not_found(format!("Unable to find cuda shared memory region: '{name}'"))
+        })
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.regions.read().contains_key(name)
+        self.regions.contains(name)
     }
 
     /// A copy of a tensor's bytes from the device.
@@ -163,12 +129,7 @@ impl CudaSharedMemory {
     /// Copies an output's bytes to the device; they must fit its range.
     pub fn write(&self, place: &TensorRegion, output: &str, data: &[u8]) -> Result<()> {
         if data.len() > place.byte_size {
-            return Err(Error::invalid(format!(
-                "output '{output}' has {} bytes, more than the {} given in shared memory region '{}'",
-                data.len(),
-                place.byte_size,
-                place.region
-            )));
+            return Err(super::too_large(place, output, data.len()));
         }
         self.memory(&place.region)?
             .write(place.offset, data)
@@ -177,9 +138,8 @@ impl CudaSharedMemory {
 
     fn memory(&self, name: &str) -> Result<Arc<IpcMemory>> {
         self.regions
-            .read()
             .get(name)
-            .map(|r| Arc::clone(&r.memory))
+            .map(|(_, memory)| memory)
             .ok_or_else(|| Error::invalid(format!("Unable to find cuda shared memory region: '{name}'")))
     }
 }
@@ -188,25 +148,12 @@ fn copy_failed(place: &TensorRegion, error: &GpuError) -> Error {
     Error::invalid(format!("CUDA shared memory region '{}': {error}", place.region))
 }
 
-fn already(name: &str) -> Error {
-    Error::new(
-        ErrorKind::AlreadyExists,
-        format!("shared memory region '{name}' already in manager"),
-    )
-}
-
-fn too_many() -> Error {
-    Error::new(
-        ErrorKind::ResourceExhausted,
-        format!("the server holds its maximum of {MAX_REGIONS} CUDA shared memory regions; unregister one first"),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use nereid_gpu::Gpu;
 
     use super::*;
+    use crate::error::ErrorKind;
 
     fn no_gpu() -> CudaSharedMemory {
         CudaSharedMemory::new(Arc::new(Gpus::none("libcuda.so was not found")))

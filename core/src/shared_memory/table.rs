@@ -1,0 +1,100 @@
+//! The named regions of one kind (system or CUDA), with Triton's rules for
+//! names: a register of a name already taken fails, an unregister of an
+//! unknown one succeeds, a status of one names what is missing. At most
+//! [`MAX_REGIONS`] at once: each holds a mapping.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use super::MAX_REGIONS;
+use crate::error::{Error, ErrorKind, Result};
+
+/// One kind's regions: each its status and what it maps.
+pub(super) struct RegionTable<S, M> {
+    /// "system" or "CUDA", for the messages.
+    kind: &'static str,
+    regions: RwLock<BTreeMap<String, (S, Arc<M>)>>,
+}
+
+impl<S: Clone, M> RegionTable<S, M> {
+    pub(super) fn new(kind: &'static str) -> Self {
+        RegionTable {
+            kind,
+            regions: RwLock::default(),
+        }
+    }
+
+    /// Refuses a name that cannot be registered now (checked again at
+    /// [`Self::insert`], which may race with another register).
+    pub(super) fn check_new(&self, name: &str) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::invalid("a shared memory region needs a name"));
+        }
+        self.check_room(&self.regions.read(), name)
+    }
+
+    /// Adds `name` with its mapping, opened after [`Self::check_new`].
+    pub(super) fn insert(&self, name: &str, status: S, memory: M) -> Result<()> {
+        let mut regions = self.regions.write();
+        self.check_room(&regions, name)?;
+        regions.insert(name.to_string(), (status, Arc::new(memory)));
+        Ok(())
+    }
+
+    fn check_room(&self, regions: &BTreeMap<String, (S, Arc<M>)>, name: &str) -> Result<()> {
+        if regions.contains_key(name) {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        if regions.len() >= MAX_REGIONS {
+            return Err(Error::new(
+                ErrorKind::ResourceExhausted,
+                format!(
+                    "the server holds its maximum of {MAX_REGIONS} {} shared memory regions; unregister one first",
+                    self.kind
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Unregisters `name` (every region when `None`); an unknown name is
+    /// not an error. Copies in flight keep their mapping until they end.
+    pub(super) fn unregister(&self, name: Option<&str>) {
+        let mut regions = self.regions.write();
+        match name {
+            Some(name) => {
+                regions.remove(name);
+            }
+            None => regions.clear(),
+        }
+    }
+
+    /// The statuses (`name`'s alone when given; an unknown one is `missing(name)`).
+    pub(super) fn status(&self, name: Option<&str>, missing: impl Fn(&str) -> Error) -> Result<Vec<S>> {
+        let regions = self.regions.read();
+        match name {
+            Some(name) => regions
+                .get(name)
+                .map(|(status, _)| vec![status.clone()])
+                .ok_or_else(|| missing(name)),
+            None => Ok(regions.values().map(|(status, _)| status.clone()).collect()),
+        }
+    }
+
+    pub(super) fn contains(&self, name: &str) -> bool {
+        self.regions.read().contains_key(name)
+    }
+
+    /// The region's status and mapping, shared with the copy about to use it.
+    pub(super) fn get(&self, name: &str) -> Option<(S, Arc<M>)> {
+        self.regions
+            .read()
+            .get(name)
+            .map(|(status, memory)| (status.clone(), Arc::clone(memory)))
+    }
+}
