@@ -109,7 +109,7 @@ pub struct SharedMemory {
 impl Default for SharedMemory {
     fn default() -> Self {
         SharedMemory {
-            regions: RegionTable::new("system"),
+            regions: RegionTable::new(""),
         }
     }
 }

@@ -80,7 +80,7 @@ fn enumerate() -> Result<Vec<Gpu>, GpuError> {
     (0..count)
         .map(|ordinal| {
             let device = call("cuDeviceGet", result::device::get(ordinal))?;
-            let uuid = call("cuDeviceGetUuid", result::device::get_uuid(device))?;
+            let uuid = call("cuDeviceGetUuid_v2", device_uuid(device))?;
             // SAFETY: `device` came from cuDeviceGet.
             let total = call("cuDeviceTotalMem", unsafe { result::device::total_mem(device) })?;
             Ok(Gpu {
@@ -91,6 +91,17 @@ fn enumerate() -> Result<Vec<Gpu>, GpuError> {
             })
         })
         .collect()
+}
+
+/// The device's UUID through `cuDeviceGetUuid_v2`, which every driver since
+/// CUDA 11.4 has; cudarc's wrapper calls the older name at this API level.
+fn device_uuid(device: sys::CUdevice) -> Result<sys::CUuuid, result::DriverError> {
+    let mut uuid = std::mem::MaybeUninit::<sys::CUuuid>::uninit();
+    // SAFETY: `uuid` is written by the call before it is read.
+    unsafe {
+        sys::cuDeviceGetUuid_v2(uuid.as_mut_ptr(), device).result()?;
+        Ok(uuid.assume_init())
+    }
 }
 
 fn no_device_reason() -> String {

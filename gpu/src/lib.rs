@@ -10,9 +10,10 @@
 //! - [`staging`]: pinned host and device buffers an instance stages its
 //!   batches through.
 //!
-//! cudarc panics when a driver function is called without libcuda, so every
-//! CUDA call here goes through [`driver`], which checks for the library and
-//! initialises it once.
+//! cudarc panics when a driver function is called without libcuda, or when
+//! the library lacks the function's symbol (an older driver), so every CUDA
+//! call here goes through [`driver`], which checks for the library and for
+//! every symbol used here ([`SYMBOLS`]), and initialises the driver once.
 
 #![allow(unsafe_code)]
 
@@ -44,6 +45,36 @@ pub enum GpuError {
     Invalid(String),
 }
 
+/// Every driver function this crate calls, cudarc's wrappers included: one
+/// missing would be a panic at its first call. All are in every driver from
+/// CUDA 12.0 on, CUDA 13's included.
+const SYMBOLS: [&str; 24] = [
+    "cuInit",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetUuid_v2",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuIpcOpenMemHandle_v2",
+    "cuIpcCloseMemHandle",
+    "cuMemGetAddressRange_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuStreamCreate",
+    "cuStreamSynchronize",
+    "cuStreamDestroy_v2",
+];
+
 /// The driver, initialised once per process; an error says why it cannot be used.
 pub(crate) fn driver() -> Result<(), GpuError> {
     static READY: OnceLock<Result<(), String>> = OnceLock::new();
@@ -52,6 +83,19 @@ pub(crate) fn driver() -> Result<(), GpuError> {
             // SAFETY: only probes whether the library can be opened.
             if !unsafe { sys::is_culib_present() } {
                 return Err("libcuda.so was not found (no NVIDIA driver on this machine)".to_string());
+            }
+            // SAFETY: the library is present (checked above), so culib()
+            // opens it; `get` only looks the names up.
+            let library = unsafe { sys::culib() };
+            let missing: Vec<&str> = SYMBOLS
+                .into_iter()
+                .filter(|name| unsafe { library.get::<*const std::ffi::c_void>(name.as_bytes()) }.is_err())
+                .collect();
+            if !missing.is_empty() {
+                return Err(format!(
+                    "the CUDA driver is too old: libcuda lacks {}",
+                    missing.join(", ")
+                ));
             }
             result::init().map_err(|e| format!("cuInit failed: {}", describe(e)))
         })

@@ -50,7 +50,7 @@ impl CudaSharedMemory {
     pub fn new(gpus: Arc<Gpus>) -> Self {
         CudaSharedMemory {
             gpus,
-            regions: RegionTable::new("CUDA"),
+            regions: RegionTable::new("CUDA "),
         }
     }
 

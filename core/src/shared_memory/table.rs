@@ -13,7 +13,8 @@ use crate::error::{Error, ErrorKind, Result};
 
 /// One kind's regions: each its status and what it maps.
 pub(super) struct RegionTable<S, M> {
-    /// "system" or "CUDA", for the messages.
+    /// How the messages name the kind: "" for system regions (Triton's
+    /// words), "CUDA " for CUDA ones.
     kind: &'static str,
     regions: RwLock<BTreeMap<String, (S, Arc<M>)>>,
 }
@@ -54,7 +55,7 @@ impl<S: Clone, M> RegionTable<S, M> {
             return Err(Error::new(
                 ErrorKind::ResourceExhausted,
                 format!(
-                    "the server holds its maximum of {MAX_REGIONS} {} shared memory regions; unregister one first",
+                    "the server holds its maximum of {MAX_REGIONS} {}shared memory regions; unregister one first",
                     self.kind
                 ),
             ));
@@ -96,5 +97,38 @@ impl<S: Clone, M> RegionTable<S, M> {
             .read()
             .get(name)
             .map(|(status, memory)| (status.clone(), Arc::clone(memory)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_bounded_and_unregistered_quietly() {
+        let table: RegionTable<u32, ()> = RegionTable::new("CUDA ");
+        assert!(table.check_new("").unwrap_err().message().contains("needs a name"));
+        table.insert("a", 1, ()).unwrap();
+        let taken = table.insert("a", 2, ()).unwrap_err();
+        assert_eq!(taken.kind(), ErrorKind::AlreadyExists);
+        assert_eq!(taken.message(), "shared memory region 'a' already in manager");
+        for i in 1..MAX_REGIONS {
+            table.insert(&format!("r{i}"), 0, ()).unwrap();
+        }
+        let full = table.check_new("one more").unwrap_err();
+        assert_eq!(full.kind(), ErrorKind::ResourceExhausted);
+        assert_eq!(
+            full.message(),
+            "the server holds its maximum of 1024 CUDA shared memory regions; unregister one first"
+        );
+        table.unregister(Some("never registered"));
+        table.unregister(Some("a"));
+        assert!(!table.contains("a") && table.check_new("a").is_ok());
+        let missing = table
+            .status(Some("a"), |name| Error::not_found(name.to_string()))
+            .unwrap_err();
+        assert_eq!(missing.message(), "a");
+        table.unregister(None);
+        assert!(table.status(None, |_| unreachable!()).unwrap().is_empty());
     }
 }
