@@ -382,6 +382,16 @@ impl Metrics {
     }
 }
 
+/// Calls `refresh` every `interval` (at least 100 ms) on the async
+/// runtime, forever: the loop of the per-interval families (CPU, GPU).
+async fn refresh_every(interval: Duration, mut refresh: impl FnMut()) {
+    let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(100)));
+    loop {
+        ticks.tick().await;
+        refresh();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

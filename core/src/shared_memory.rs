@@ -27,7 +27,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use self::object::SharedObject;
-use self::table::RegionTable;
+use self::table::{Region, RegionTable};
 use crate::error::{Error, Result};
 use crate::parameter::{Parameter, Parameters};
 
@@ -152,8 +152,8 @@ impl SharedMemory {
 
     /// A copy of a tensor's bytes from its region.
     pub fn read(&self, place: &TensorRegion) -> Result<Bytes> {
-        let (object, at) = self.locate(place, place.byte_size)?;
-        let data = object.read(at, place.byte_size).ok_or_else(|| shrank(place))?;
+        let (region, at) = self.locate(place, place.byte_size)?;
+        let data = region.memory.read(at, place.byte_size).ok_or_else(|| shrank(place))?;
         Ok(Bytes::from(data))
     }
 
@@ -162,23 +162,24 @@ impl SharedMemory {
         if data.len() > place.byte_size {
             return Err(too_large(place, output, data.len()));
         }
-        let (object, at) = self.locate(place, data.len())?;
-        if object.write(at, data) {
+        let (region, at) = self.locate(place, data.len())?;
+        if region.memory.write(at, data) {
             Ok(())
         } else {
             Err(shrank(place))
         }
     }
 
-    /// The region's object and where `place` starts in it, once `place`'s
+    /// The region and where `place` starts in its object, once `place`'s
     /// range (of `count` bytes) is checked to lie inside the region.
-    fn locate(&self, place: &TensorRegion, count: usize) -> Result<(Arc<SharedObject>, usize)> {
-        let (status, object) = self.regions.get(&place.region).ok_or_else(|| unknown(&place.region))?;
+    fn locate(&self, place: &TensorRegion, count: usize) -> Result<(Arc<Region<RegionStatus, SharedObject>>, usize)> {
+        let region = self.regions.get(&place.region).ok_or_else(|| unknown(&place.region))?;
         let end = place.offset.checked_add(count);
-        if end.is_none_or(|end| end > status.byte_size) {
+        if end.is_none_or(|end| end > region.status.byte_size) {
             return Err(out_of_bounds(place, count));
         }
-        Ok((object, status.offset + place.offset))
+        let at = region.status.offset + place.offset;
+        Ok((region, at))
     }
 }
 

@@ -5,14 +5,14 @@
 //! memory, which the copy engine reads directly.
 //!
 //! The device side is a trait, [`DeviceMemory`]: `nereid-gpu` implements it
-//! with CUDA; the tests here with host memory. Buffers are kept per input
+//! with CUDA; the tests here with host memory. The gather and the copy are
+//! part of the backend's input phase, so they count as `compute_input`.
+//! Buffers are kept per input
 //! and reused from batch to batch, grown to the largest batch seen and
 //! never past [`MAX_STAGED_BYTES`] per input.
 //!
 //! Only fixed-size types are staged: BYTES tensors stay on the host (a
 //! backend reads their elements there).
-
-use std::time::{Duration, Instant};
 
 use crate::backend::BatchInput;
 use crate::error::{Error, ErrorKind, Result};
@@ -44,22 +44,6 @@ pub trait DeviceMemory: Send {
     fn upload(&mut self, slot: usize, len: usize) -> Result<DeviceBuffer>;
 }
 
-/// One input of a staged batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StagedInput {
-    pub name: String,
-    pub shape: Vec<i64>,
-    pub buffer: DeviceBuffer,
-}
-
-/// How long staging took: the gather on the host and the copies to the
-/// device, reported in the statistics' compute_input time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StageTiming {
-    pub gather: Duration,
-    pub copy: Duration,
-}
-
 /// Stages batches into `M`.
 pub struct Stager<M> {
     memory: M,
@@ -70,49 +54,42 @@ impl<M: DeviceMemory> Stager<M> {
         Stager { memory }
     }
 
-    /// Stages every fixed-size input of `inputs` (slot `i` for input `i`);
-    /// a BYTES input is left out and its slot unused.
-    pub fn stage(&mut self, inputs: &[BatchInput]) -> Result<(Vec<StagedInput>, StageTiming)> {
-        let mut staged = Vec::with_capacity(inputs.len());
-        let mut timing = StageTiming::default();
-        for (slot, input) in inputs.iter().enumerate() {
-            if input.datatype.byte_size().is_none() {
-                continue;
-            }
-            let len = input.byte_len();
-            if len > MAX_STAGED_BYTES {
-                return Err(Error::new(
-                    ErrorKind::ResourceExhausted,
-                    format!(
-                        "input '{}' of the batch has {len} bytes; at most {MAX_STAGED_BYTES} are staged for the device",
-                        input.name
-                    ),
-                ));
-            }
-            let started = Instant::now();
-            let host = self.memory.host(slot, len)?;
-            if host.len() < len {
-                return Err(Error::internal(format!(
-                    "staging for input '{}' gave {} bytes, {len} needed",
-                    input.name,
-                    host.len()
-                )));
-            }
-            input.copy_into(&mut host[..len]);
-            let gathered = Instant::now();
-            let buffer = self.memory.upload(slot, len)?;
-            timing.gather += gathered - started;
-            timing.copy += gathered.elapsed();
-            staged.push(StagedInput {
-                name: input.name.clone(),
-                shape: input.shape.clone(),
-                buffer,
-            });
-        }
-        Ok((staged, timing))
+    /// Stages every fixed-size input of `inputs` (slot `i` for input `i`):
+    /// where each now is on the device, `None` for a BYTES input.
+    pub fn stage(&mut self, inputs: &[BatchInput]) -> Result<Vec<Option<DeviceBuffer>>> {
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(slot, input)| {
+                if input.datatype.byte_size().is_none() {
+                    return Ok(None);
+                }
+                let len = input.byte_len();
+                if len > MAX_STAGED_BYTES {
+                    return Err(Error::new(
+                        ErrorKind::ResourceExhausted,
+                        format!(
+                            "input '{}' of the batch has {len} bytes; at most {MAX_STAGED_BYTES} are staged for the device",
+                            input.name
+                        ),
+                    ));
+                }
+                let host = self.memory.host(slot, len)?;
+                if host.len() < len {
+                    return Err(Error::internal(format!(
+                        "staging for input '{}' gave {} bytes, {len} needed",
+                        input.name,
+                        host.len()
+                    )));
+                }
+                input.copy_into(&mut host[..len]);
+                self.memory.upload(slot, len).map(Some)
+            })
+            .collect()
     }
 
-    pub fn memory(&self) -> &M {
+    #[cfg(test)]
+    fn memory(&self) -> &M {
         &self.memory
     }
 }
@@ -192,15 +169,14 @@ mod tests {
             input("Y", DataType::Uint8, &[&[1, 2], &[3, 4]], 2),
         ];
         let mut stager = Stager::new(HostMemory::default());
-        let (staged, _) = stager.stage(&batch).unwrap();
+        let staged = stager.stage(&batch).unwrap();
         assert_eq!(stager.memory().uploads, 2);
         assert_eq!(staged.len(), 2);
         // The device copy holds what the CPU path's one buffer holds.
         for (i, staged) in staged.iter().enumerate() {
-            assert_eq!(staged.name, batch[i].name);
-            assert_eq!(staged.shape, batch[i].shape);
+            let buffer = staged.expect("a fixed-size input is staged");
             assert_eq!(stager.memory().device[i], batch[i].contiguous().to_vec());
-            assert_eq!(staged.buffer.len, batch[i].byte_len());
+            assert_eq!(buffer.len, batch[i].byte_len());
         }
     }
 
@@ -210,8 +186,8 @@ mod tests {
         let big = [input("X", DataType::Uint8, &[&[1; 4], &[2; 4], &[3; 4]], 4)];
         stager.stage(&big).unwrap();
         let small = [input("X", DataType::Uint8, &[&[9; 4]], 4)];
-        let (staged, _) = stager.stage(&small).unwrap();
-        assert_eq!(staged[0].buffer.len, 4);
+        let staged = stager.stage(&small).unwrap();
+        assert_eq!(staged[0].map(|b| b.len), Some(4));
         assert_eq!(stager.memory().device[0], vec![9; 4]);
         // The host buffer kept its size; its tail is the earlier batch's.
         assert_eq!(stager.memory().staging[0].len(), 12);
@@ -224,8 +200,8 @@ mod tests {
             input("TEXT", DataType::Bytes, &[&[1, 0, 0, 0, b'a']], 1),
             input("X", DataType::Uint8, &[&[5]], 1),
         ];
-        let (staged, _) = stager.stage(&batch).unwrap();
-        assert_eq!(staged.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["X"]);
+        let staged = stager.stage(&batch).unwrap();
+        assert_eq!(staged.iter().map(Option::is_some).collect::<Vec<_>>(), [false, true]);
         assert_eq!(stager.memory().uploads, 1);
         // Slot 1 for the second input: slots follow the inputs' order.
         assert_eq!(stager.memory().device[1], vec![5]);

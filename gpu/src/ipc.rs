@@ -6,7 +6,8 @@
 
 use cudarc::driver::{result, sys};
 
-use crate::{GpuError, call, driver};
+use crate::context::PrimaryContext;
+use crate::{GpuError, call};
 
 /// The size of a CUDA IPC memory handle.
 pub const IPC_HANDLE_BYTES: usize = 64;
@@ -14,42 +15,23 @@ pub const IPC_HANDLE_BYTES: usize = 64;
 /// Another process's device memory, open in this one until dropped.
 #[derive(Debug)]
 pub struct IpcMemory {
-    device: sys::CUdevice,
-    context: sys::CUcontext,
     pointer: sys::CUdeviceptr,
     byte_size: usize,
+    /// Dropped after the handle is closed in it.
+    context: PrimaryContext,
 }
-
-// SAFETY: a driver-API context may be made current on any thread, and every
-// use below makes it current first; the pointer is a device address, not
-// host memory.
-unsafe impl Send for IpcMemory {}
-unsafe impl Sync for IpcMemory {}
 
 impl IpcMemory {
     /// Opens `handle` on the device with CUDA ordinal `ordinal` and checks
     /// that its allocation holds `byte_size` bytes.
     pub fn open(ordinal: i32, handle: &[u8], byte_size: usize) -> Result<IpcMemory, GpuError> {
-        driver()?;
         let handle: [u8; IPC_HANDLE_BYTES] = handle.try_into().map_err(|_| {
             GpuError::Invalid(format!(
                 "a CUDA IPC handle has {IPC_HANDLE_BYTES} bytes, got {}",
                 handle.len()
             ))
         })?;
-        let device = call("cuDeviceGet", result::device::get(ordinal))?;
-        // SAFETY: `device` came from cuDeviceGet; the retain is released in
-        // Drop, or below when opening fails.
-        let context = call("cuDevicePrimaryCtxRetain", unsafe {
-            result::primary_ctx::retain(device)
-        })?;
-        let release = |error: GpuError| {
-            // SAFETY: balances the retain above.
-            let _ = unsafe { result::primary_ctx::release(device) };
-            error
-        };
-        // SAFETY: the context was just retained.
-        call("cuCtxSetCurrent", unsafe { result::ctx::set_current(context) }).map_err(release)?;
+        let context = PrimaryContext::retain(ordinal)?;
         let raw = sys::CUipcMemHandle {
             reserved: handle.map(|b| b as std::ffi::c_char),
         };
@@ -63,12 +45,11 @@ impl IpcMemory {
             )
             .result()
         };
-        call("cuIpcOpenMemHandle", opened).map_err(release)?;
+        call("cuIpcOpenMemHandle", opened)?;
         let memory = IpcMemory {
-            device,
-            context,
             pointer,
             byte_size,
+            context,
         };
         let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
         // SAFETY: the outputs are written by the call; `pointer` is open.
@@ -84,15 +65,11 @@ impl IpcMemory {
         Ok(memory)
     }
 
-    pub fn byte_size(&self) -> usize {
-        self.byte_size
-    }
-
     /// Copies `len` bytes at `offset` to the host.
     pub fn read(&self, offset: usize, len: usize) -> Result<Vec<u8>, GpuError> {
         let at = self.at(offset, len)?;
         let mut host = vec![0u8; len];
-        self.current()?;
+        self.context.make_current()?;
         // SAFETY: `[at, at + len)` lies inside the open allocation and `host` has `len` bytes.
         call("cuMemcpyDtoH", unsafe { result::memcpy_dtoh_sync(&mut host, at) })?;
         Ok(host)
@@ -101,7 +78,7 @@ impl IpcMemory {
     /// Copies `data` to `offset`.
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), GpuError> {
         let at = self.at(offset, data.len())?;
-        self.current()?;
+        self.context.make_current()?;
         // SAFETY: `[at, at + data.len())` lies inside the open allocation.
         call("cuMemcpyHtoD", unsafe { result::memcpy_htod_sync(at, data) })
     }
@@ -115,24 +92,21 @@ impl IpcMemory {
             ))),
         }
     }
-
-    fn current(&self) -> Result<(), GpuError> {
-        // SAFETY: the context is retained for as long as `self` lives.
-        call("cuCtxSetCurrent", unsafe { result::ctx::set_current(self.context) })
-    }
 }
 
 impl Drop for IpcMemory {
     fn drop(&mut self) {
-        // SAFETY: the handle was opened in this context, which `self` retained.
-        unsafe {
-            if result::ctx::set_current(self.context).is_ok() {
-                let _ = sys::cuIpcCloseMemHandle(self.pointer).result();
-            }
-            let _ = result::primary_ctx::release(self.device);
+        if self.context.make_current().is_ok() {
+            // SAFETY: the handle was opened in this context, still retained.
+            let _ = unsafe { sys::cuIpcCloseMemHandle(self.pointer) }.result();
         }
     }
 }
+
+// SAFETY: the pointer is a device address, not host memory, and every use
+// makes its context current first.
+unsafe impl Send for IpcMemory {}
+unsafe impl Sync for IpcMemory {}
 
 /// The bytes from `pointer` to the end of the allocation `[base, base + size)`.
 fn bytes_after(base: sys::CUdeviceptr, size: usize, pointer: sys::CUdeviceptr) -> usize {

@@ -10,6 +10,8 @@
 //! - [`staging`]: pinned host and device buffers an instance stages its
 //!   batches through.
 //!
+//! Both hold a reference on their device's primary context (`context`).
+//!
 //! cudarc panics when a driver function is called without libcuda, or when
 //! the library lacks the function's symbol (an older driver), so every CUDA
 //! call here goes through [`driver`], which checks for the library and for
@@ -17,6 +19,7 @@
 
 #![allow(unsafe_code)]
 
+mod context;
 pub mod devices;
 pub mod ipc;
 pub mod monitor;

@@ -8,7 +8,8 @@ use std::ffi::c_void;
 
 use cudarc::driver::{result, sys};
 
-use crate::{GpuError, call, driver};
+use crate::context::PrimaryContext;
+use crate::{GpuError, call};
 
 /// Grown in steps of this many bytes, so a batch slightly larger than the
 /// last does not reallocate.
@@ -24,10 +25,10 @@ struct Slot {
 /// One instance's staging buffers on one device.
 pub struct DeviceStaging {
     ordinal: i32,
-    device: sys::CUdevice,
-    context: sys::CUcontext,
     stream: sys::CUstream,
     slots: Vec<Slot>,
+    /// Dropped after the buffers and the stream are freed in it.
+    context: PrimaryContext,
 }
 
 impl std::fmt::Debug for DeviceStaging {
@@ -47,29 +48,17 @@ impl DeviceStaging {
     /// Staging on the device with CUDA ordinal `ordinal`, in its primary
     /// context, with a stream of its own.
     pub fn new(ordinal: i32) -> Result<DeviceStaging, GpuError> {
-        driver()?;
-        let device = call("cuDeviceGet", result::device::get(ordinal))?;
-        // SAFETY: `device` came from cuDeviceGet; released in Drop or below.
-        let context = call("cuDevicePrimaryCtxRetain", unsafe {
-            result::primary_ctx::retain(device)
-        })?;
-        // SAFETY: the context was just retained.
-        let made = unsafe { result::ctx::set_current(context) }
-            .and_then(|()| result::stream::create(result::stream::StreamKind::NonBlocking));
-        match call("cuStreamCreate", made) {
-            Ok(stream) => Ok(DeviceStaging {
-                ordinal,
-                device,
-                context,
-                stream,
-                slots: Vec::new(),
-            }),
-            Err(error) => {
-                // SAFETY: balances the retain above.
-                let _ = unsafe { result::primary_ctx::release(device) };
-                Err(error)
-            }
-        }
+        let context = PrimaryContext::retain(ordinal)?;
+        let stream = call(
+            "cuStreamCreate",
+            result::stream::create(result::stream::StreamKind::NonBlocking),
+        )?;
+        Ok(DeviceStaging {
+            ordinal,
+            stream,
+            slots: Vec::new(),
+            context,
+        })
     }
 
     pub fn ordinal(&self) -> i32 {
@@ -78,7 +67,7 @@ impl DeviceStaging {
 
     /// Pinned host memory of at least `len` bytes for `slot`.
     pub fn host(&mut self, slot: usize, len: usize) -> Result<&mut [u8], GpuError> {
-        self.current()?;
+        self.context.make_current()?;
         let slot = self.slot(slot);
         if slot.host_capacity < len {
             let capacity = len.next_multiple_of(GROWTH);
@@ -102,7 +91,7 @@ impl DeviceStaging {
     /// Copies the first `len` bytes of `slot`'s host buffer to its device
     /// buffer and waits for the copy; the device address.
     pub fn upload(&mut self, slot: usize, len: usize) -> Result<u64, GpuError> {
-        self.current()?;
+        self.context.make_current()?;
         let stream = self.stream;
         let slot = self.slot(slot);
         if slot.host_capacity < len {
@@ -149,31 +138,26 @@ impl DeviceStaging {
         }
         &mut self.slots[slot]
     }
-
-    fn current(&self) -> Result<(), GpuError> {
-        // SAFETY: the context is retained for as long as `self` lives.
-        call("cuCtxSetCurrent", unsafe { result::ctx::set_current(self.context) })
-    }
 }
 
 impl Drop for DeviceStaging {
     fn drop(&mut self) {
+        if self.context.make_current().is_err() {
+            return;
+        }
         // SAFETY: every buffer and the stream were made in this context,
-        // which `self` retained; nothing else refers to them.
+        // still retained; nothing else refers to them.
         unsafe {
-            if result::ctx::set_current(self.context).is_ok() {
-                let _ = result::stream::synchronize(self.stream);
-                for slot in &self.slots {
-                    if !slot.host.is_null() {
-                        let _ = result::free_host(slot.host.cast::<c_void>());
-                    }
-                    if slot.device != 0 {
-                        let _ = result::free_sync(slot.device);
-                    }
+            let _ = result::stream::synchronize(self.stream);
+            for slot in &self.slots {
+                if !slot.host.is_null() {
+                    let _ = result::free_host(slot.host.cast::<c_void>());
                 }
-                let _ = result::stream::destroy(self.stream);
+                if slot.device != 0 {
+                    let _ = result::free_sync(slot.device);
+                }
             }
-            let _ = result::primary_ctx::release(self.device);
+            let _ = result::stream::destroy(self.stream);
         }
     }
 }

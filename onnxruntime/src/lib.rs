@@ -30,7 +30,7 @@ use nereid_core::datatype::DataType;
 use nereid_core::error::{Error, Result};
 use nereid_core::model_config::autocomplete::ModelSignature;
 use nereid_core::model_config::parameter;
-use nereid_core::staging::{StagedInput, Stager};
+use nereid_core::staging::{DeviceBuffer, Stager};
 use nereid_core::statistics::ComputeTiming;
 use nereid_core::tensor::{Tensor, bytes_elements, push_bytes_element};
 use nereid_gpu::DeviceStaging;
@@ -208,13 +208,13 @@ impl BatchedInstance for OnnxInstance {
     fn run(&mut self, inputs: Vec<BatchInput>) -> Result<Execution> {
         let started = Instant::now();
         let staged = match &mut self.staging {
-            Some(stager) => stager.stage(&inputs)?.0,
-            None => Vec::new(),
+            Some(stager) => stager.stage(&inputs)?,
+            None => vec![None; inputs.len()],
         };
         let mut values: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(inputs.len());
-        for input in &inputs {
-            let value = match staged.iter().find(|s| s.name == input.name) {
-                Some(staged) => on_device(input, staged)?,
+        for (input, staged) in inputs.iter().zip(staged) {
+            let value = match staged {
+                Some(buffer) => on_device(input, buffer)?,
                 None => to_ort(input)?.into(),
             };
             values.push((input.name.clone(), value));
@@ -245,17 +245,17 @@ impl BatchedInstance for OnnxInstance {
 
 /// A staged input as an ONNX Runtime value over its device buffer, which
 /// the CUDA execution provider reads in place.
-fn on_device(input: &BatchInput, staged: &StagedInput) -> Result<SessionInputValue<'static>> {
-    let fail = |e: ort::Error| Error::internal(format!("input '{}' on GPU {}: {e}", input.name, staged.buffer.device));
+fn on_device(input: &BatchInput, buffer: DeviceBuffer) -> Result<SessionInputValue<'static>> {
+    let fail = |e: ort::Error| Error::internal(format!("input '{}' on GPU {}: {e}", input.name, buffer.device));
     let memory = MemoryInfo::new(
         AllocationDevice::CUDA,
-        staged.buffer.device,
+        buffer.device,
         AllocatorType::Device,
         MemoryType::Default,
     )
     .map_err(fail)?;
-    let address = staged.buffer.address as usize as *mut std::ffi::c_void;
-    let shape = Shape::from(staged.shape.as_slice());
+    let address = buffer.address as usize as *mut std::ffi::c_void;
+    let shape = Shape::from(input.shape.as_slice());
     macro_rules! view {
         ($ty:ty) => {{
             // SAFETY: the staging holds `len` bytes of this input at `address`

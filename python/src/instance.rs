@@ -102,21 +102,19 @@ impl PythonInstance {
     fn initialized(&self) -> Result<Stub> {
         let shared = &self.shared;
         let mut stub = Stub::spawn(&shared.launch, &shared.model)?;
+        // As Triton's args say it: the model picks its own device
+        // (torch.device("cuda", id)) from these two.
+        let (kind, device_id) = match self.device {
+            Device::Cpu => ("CPU", 0),
+            Device::Gpu(ordinal) => ("GPU", ordinal),
+        };
         let init = ToStub::Init {
             model_file: shared.model_file.clone(),
             args: InitArgs {
                 model_config: shared.config_json.clone(),
-                // As Triton's args say it: the model picks its own device
-                // (torch.device("cuda", id)) from these two.
-                model_instance_kind: match self.device {
-                    Device::Cpu => "CPU".into(),
-                    Device::Gpu(_) => "GPU".into(),
-                },
+                model_instance_kind: kind.into(),
                 model_instance_name: self.name.clone(),
-                model_instance_device_id: match self.device {
-                    Device::Cpu => "0".into(),
-                    Device::Gpu(ordinal) => ordinal.to_string(),
-                },
+                model_instance_device_id: device_id.to_string(),
                 model_repository: shared.model_dir.clone(),
                 model_version: shared.version.to_string(),
                 model_name: shared.model.clone(),

@@ -139,8 +139,8 @@ class _DLPackCapsule:
         return _capsule_device(self._capsule)
 
 
-_DL_CPU = 1
 _DL_CUDA = 2
+_capsule_pointer = None
 
 
 def _capsule_device(capsule):
@@ -148,11 +148,14 @@ def _capsule_device(capsule):
     DLTensor without taking it: `data` (a pointer), then the DLDevice."""
     import ctypes
 
-    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-    get_pointer.restype = ctypes.c_void_p
-    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    global _capsule_pointer
+    if _capsule_pointer is None:
+        get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        get_pointer.restype = ctypes.c_void_p
+        get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        _capsule_pointer = get_pointer
     try:
-        managed = get_pointer(capsule, b"dltensor")
+        managed = _capsule_pointer(capsule, b"dltensor")
     except ValueError:
         raise TritonModelException("not a DLPack capsule (or one already consumed)")
     device = (ctypes.c_int32 * 2).from_address(managed + ctypes.sizeof(ctypes.c_void_p))
@@ -181,9 +184,9 @@ def _gpu_dtype(gpu):
     dtype = gpu.dtype
     if isinstance(dtype, np.dtype):
         return dtype
-    name = str(dtype).replace("torch.", "")
     try:
-        return np.dtype({"bool": "bool", "half": "float16", "float": "float32", "double": "float64"}.get(name, name))
+        # torch spells its dtypes `torch.float32`: numpy's names after the dot.
+        return np.dtype(str(dtype).replace("torch.", ""))
     except TypeError:
         raise TritonModelException("GPU tensors of %s have no Triton datatype here" % dtype)
 

@@ -62,11 +62,7 @@ impl SystemMetrics {
 
     /// Refreshes every `interval` on the async runtime, forever.
     pub async fn run(mut self, interval: Duration) {
-        let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(100)));
-        loop {
-            ticks.tick().await;
-            self.refresh();
-        }
+        super::refresh_every(interval, move || self.refresh()).await;
     }
 }
 

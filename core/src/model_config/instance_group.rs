@@ -12,6 +12,8 @@
 //! no GPU fails the load with a reason naming the group, so the model is
 //! UNAVAILABLE and every other model serves.
 
+use std::collections::HashSet;
+
 use nereid_gpu::Gpus;
 use nereid_proto::inference::{ModelConfig, ModelInstanceGroup, model_instance_group::Kind};
 
@@ -28,7 +30,6 @@ pub fn resolve(config: &mut ModelConfig, gpus: &Gpus, gpu_capable: bool) -> Resu
         });
     }
     let model = config.name.clone();
-    let visible = gpus.ordinals();
     for (i, group) in config.instance_group.iter_mut().enumerate() {
         if group.name.is_empty() {
             group.name = format!("{model}_{i}");
@@ -37,7 +38,7 @@ pub fn resolve(config: &mut ModelConfig, gpus: &Gpus, gpu_capable: bool) -> Resu
             group.count = 1;
         }
         if group.kind == Kind::Auto as i32 {
-            if gpu_capable && !visible.is_empty() {
+            if gpu_capable && !gpus.is_empty() {
                 group.kind = Kind::Gpu as i32;
             } else {
                 group.kind = Kind::Cpu as i32;
@@ -46,7 +47,7 @@ pub fn resolve(config: &mut ModelConfig, gpus: &Gpus, gpu_capable: bool) -> Resu
             }
         }
         match Kind::try_from(group.kind) {
-            Ok(Kind::Gpu) => resolve_gpus(&model, group, gpus, &visible, gpu_capable)?,
+            Ok(Kind::Gpu) => resolve_gpus(&model, group, gpus, gpu_capable)?,
             Ok(Kind::Cpu | Kind::Model) if !group.gpus.is_empty() => {
                 return Err(Error::invalid(format!(
                     "instance group '{}' of model '{model}' has kind {} but names GPUs {:?}; only KIND_GPU \
@@ -62,14 +63,8 @@ pub fn resolve(config: &mut ModelConfig, gpus: &Gpus, gpu_capable: bool) -> Resu
     Ok(())
 }
 
-fn resolve_gpus(
-    model: &str,
-    group: &mut ModelInstanceGroup,
-    gpus: &Gpus,
-    visible: &[i32],
-    capable: bool,
-) -> Result<()> {
-    if visible.is_empty() {
+fn resolve_gpus(model: &str, group: &mut ModelInstanceGroup, gpus: &Gpus, capable: bool) -> Result<()> {
+    if gpus.is_empty() {
         return Err(Error::unavailable(format!(
             "instance group '{}' of model '{model}' has kind KIND_GPU, but this server sees no GPU: {}",
             group.name,
@@ -82,8 +77,9 @@ fn resolve_gpus(
             group.name
         )));
     }
+    let visible = gpus.ordinals();
     if group.gpus.is_empty() {
-        group.gpus = visible.to_vec();
+        group.gpus = visible;
         return Ok(());
     }
     if let Some(missing) = group.gpus.iter().find(|id| !visible.contains(id)) {
@@ -93,15 +89,14 @@ fn resolve_gpus(
             group.name
         )));
     }
-    let mut seen = Vec::with_capacity(group.gpus.len());
-    for id in &group.gpus {
-        if seen.contains(id) {
-            return Err(Error::invalid(format!(
-                "instance group '{}' of model '{model}' names GPU {id} twice; use 'count' for more instances on it",
-                group.name
-            )));
-        }
-        seen.push(*id);
+    // Every id is visible now, so the set holds at most one per GPU, however
+    // long the list a config (or a load request's override) gives.
+    let mut seen = HashSet::with_capacity(visible.len());
+    if let Some(id) = group.gpus.iter().find(|id| !seen.insert(**id)) {
+        return Err(Error::invalid(format!(
+            "instance group '{}' of model '{model}' names GPU {id} twice; use 'count' for more instances on it",
+            group.name
+        )));
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use nereid_gpu::{GpuError, Gpus, IpcMemory};
 
 use super::TensorRegion;
-use super::table::RegionTable;
+use super::table::{Region, RegionTable};
 use crate::error::{Error, Result};
 
 pub use nereid_gpu::IPC_HANDLE_BYTES;
@@ -56,9 +56,7 @@ impl CudaSharedMemory {
 
     /// Opens `raw_handle` on device `device_id` as `name`, `byte_size` bytes.
     pub fn register(&self, name: &str, raw_handle: &[u8], device_id: i64, byte_size: u64) -> Result<()> {
-        if name.is_empty() {
-            return Err(Error::invalid("a shared memory region needs a name"));
-        }
+        self.regions.check_new(name)?;
         let refused =
             |why: String| Error::invalid(format!("failed to register CUDA shared memory region '{name}': {why}"));
         if raw_handle.len() != IPC_HANDLE_BYTES {
@@ -83,7 +81,6 @@ impl CudaSharedMemory {
                 ))
             })?;
         let size = usize::try_from(byte_size).map_err(|_| refused(format!("'byte_size' {byte_size} is too large")))?;
-        self.regions.check_new(name)?;
         let memory = IpcMemory::open(ordinal, raw_handle, size).map_err(|e| match e {
             GpuError::NoDriver(_) => {
                 Error::unavailable(format!("failed to register CUDA shared memory region '{name}': {e}"))
@@ -119,8 +116,9 @@ impl CudaSharedMemory {
 
     /// A copy of a tensor's bytes from the device.
     pub fn read(&self, place: &TensorRegion) -> Result<Bytes> {
-        let memory = self.memory(&place.region)?;
-        let data = memory
+        let region = self.region(&place.region)?;
+        let data = region
+            .memory
             .read(place.offset, place.byte_size)
             .map_err(|e| copy_failed(place, &e))?;
         Ok(Bytes::from(data))
@@ -131,15 +129,15 @@ impl CudaSharedMemory {
         if data.len() > place.byte_size {
             return Err(super::too_large(place, output, data.len()));
         }
-        self.memory(&place.region)?
+        self.region(&place.region)?
+            .memory
             .write(place.offset, data)
             .map_err(|e| copy_failed(place, &e))
     }
 
-    fn memory(&self, name: &str) -> Result<Arc<IpcMemory>> {
+    fn region(&self, name: &str) -> Result<Arc<Region<CudaRegionStatus, IpcMemory>>> {
         self.regions
             .get(name)
-            .map(|(_, memory)| memory)
             .ok_or_else(|| Error::invalid(format!("Unable to find cuda shared memory region: '{name}'")))
     }
 }

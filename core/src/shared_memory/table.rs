@@ -11,12 +11,18 @@ use parking_lot::RwLock;
 use super::MAX_REGIONS;
 use crate::error::{Error, ErrorKind, Result};
 
-/// One kind's regions: each its status and what it maps.
+/// One registered region: what status reports, and its mapping.
+pub(super) struct Region<S, M> {
+    pub status: S,
+    pub memory: M,
+}
+
+/// One kind's regions, each shared with the copies in flight.
 pub(super) struct RegionTable<S, M> {
     /// How the messages name the kind: "" for system regions (Triton's
     /// words), "CUDA " for CUDA ones.
     kind: &'static str,
-    regions: RwLock<BTreeMap<String, (S, Arc<M>)>>,
+    regions: RwLock<BTreeMap<String, Arc<Region<S, M>>>>,
 }
 
 impl<S: Clone, M> RegionTable<S, M> {
@@ -40,11 +46,11 @@ impl<S: Clone, M> RegionTable<S, M> {
     pub(super) fn insert(&self, name: &str, status: S, memory: M) -> Result<()> {
         let mut regions = self.regions.write();
         self.check_room(&regions, name)?;
-        regions.insert(name.to_string(), (status, Arc::new(memory)));
+        regions.insert(name.to_string(), Arc::new(Region { status, memory }));
         Ok(())
     }
 
-    fn check_room(&self, regions: &BTreeMap<String, (S, Arc<M>)>, name: &str) -> Result<()> {
+    fn check_room(&self, regions: &BTreeMap<String, Arc<Region<S, M>>>, name: &str) -> Result<()> {
         if regions.contains_key(name) {
             return Err(Error::new(
                 ErrorKind::AlreadyExists,
@@ -81,9 +87,9 @@ impl<S: Clone, M> RegionTable<S, M> {
         match name {
             Some(name) => regions
                 .get(name)
-                .map(|(status, _)| vec![status.clone()])
+                .map(|region| vec![region.status.clone()])
                 .ok_or_else(|| missing(name)),
-            None => Ok(regions.values().map(|(status, _)| status.clone()).collect()),
+            None => Ok(regions.values().map(|region| region.status.clone()).collect()),
         }
     }
 
@@ -91,12 +97,9 @@ impl<S: Clone, M> RegionTable<S, M> {
         self.regions.read().contains_key(name)
     }
 
-    /// The region's status and mapping, shared with the copy about to use it.
-    pub(super) fn get(&self, name: &str) -> Option<(S, Arc<M>)> {
-        self.regions
-            .read()
-            .get(name)
-            .map(|(status, memory)| (status.clone(), Arc::clone(memory)))
+    /// The region, shared with the copy about to use it.
+    pub(super) fn get(&self, name: &str) -> Option<Arc<Region<S, M>>> {
+        self.regions.read().get(name).cloned()
     }
 }
 
