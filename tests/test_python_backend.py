@@ -620,6 +620,85 @@ def test_a_dying_or_hanging_stub_fails_its_request_and_is_replaced(server, actio
     assert answers and all(a is True for a in answers), [a for a in answers if a is not True][:3]
 
 
+def _in_thread(call):
+    """Runs `call` on a thread; a queue gets its result or its exception."""
+    out = queue.Queue()
+
+    def run():
+        try:
+            out.put(call())
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            out.put(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def _wait_for_file(path: Path, seconds: float = 30):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} was never created"
+        time.sleep(0.01)
+
+
+def _peek_with_one_waiting(server, tmp_path: Path) -> int:
+    """Runs a request that naps, sends a second while it does, and returns
+    what the first saw when it woke: 1 if the second's execute was already
+    in the stub's socket. Both must succeed, the second after the first."""
+    marker = tmp_path / "executing"
+    first, first_out = _in_thread(
+        lambda: _http(server).infer("faulty", _action(httpclient, f"peek:1.5:{marker}")).as_numpy("PID")[0]
+    )
+    _wait_for_file(marker)
+    second, second_out = _in_thread(lambda: _http(server).infer("faulty", _action(httpclient, "pid")))
+    first.join(60)
+    second.join(60)
+    peeked, answered = first_out.get_nowait(), second_out.get_nowait()
+    assert not isinstance(peeked, Exception), peeked
+    assert not isinstance(answered, Exception), answered
+    return int(peeked)
+
+
+def test_the_next_execute_waits_in_the_stubs_socket_while_the_current_runs(server, tmp_path):
+    # Sent ahead: the stub goes from one execute to the next without
+    # waiting for the server, and still runs them one at a time.
+    assert _peek_with_one_waiting(server, tmp_path) == 1
+
+
+def test_with_execute_ahead_off_the_next_execute_is_sent_after_the_current(tmp_path_factory, tmp_path):
+    srv = _start(
+        tmp_path_factory,
+        "python-one-at-a-time",
+        _repository(tmp_path_factory, "python-one-at-a-time"),
+        ["--backend-config=python,execute-ahead=0"],
+    )
+    try:
+        assert _peek_with_one_waiting(srv, tmp_path) == 0
+    finally:
+        srv.stop_and_check()
+
+
+def test_a_stub_killed_with_an_execute_waiting_fails_both_and_is_replaced(server, tmp_path):
+    client = _http(server)
+    before = _stub_pid(client, httpclient)
+    marker = tmp_path / "executing"
+    running, running_out = _in_thread(lambda: _http(server).infer("faulty", _action(httpclient, f"nap:60:{marker}")))
+    _wait_for_file(marker)
+    waiting, waiting_out = _in_thread(lambda: _http(server).infer("faulty", _action(httpclient, "pid")))
+    time.sleep(0.5)  # its execute is sent while the nap runs
+    os.kill(before, signal.SIGKILL)
+    running.join(30)
+    waiting.join(30)
+    for out in (running_out, waiting_out):
+        error = out.get_nowait()
+        assert isinstance(error, InferenceServerException), error
+        for word in ("killed by signal 9", "restarting"):
+            assert word in error.message(), error.message()
+    # The next request gets a new stub.
+    assert _stub_pid(client, httpclient) != before
+
+
 def test_a_stub_killed_while_idle_is_replaced_before_the_next_request(server):
     client = _http(server)
     before = _stub_pid(client, httpclient)

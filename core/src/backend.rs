@@ -150,6 +150,16 @@ impl Batch {
 /// [`BatchedInstance`] instead, which does the batching for them.
 pub trait ModelInstance: Send {
     fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming>;
+
+    /// A second handle on this instance, for a second pool thread that
+    /// takes the next batch while this one's runs; the instance still runs
+    /// its batches one at a time, in the order they came. Worth it where a
+    /// batch's hand-over costs as much as its run: a Python stub waits
+    /// idle for the server's round trip between two executes unless the
+    /// next one is already in its socket. `None` (the default): one thread.
+    fn lane(&mut self) -> Option<Box<dyn ModelInstance>> {
+        None
+    }
 }
 
 /// An instance that runs a batch as batched tensors: its inputs are

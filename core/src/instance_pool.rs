@@ -121,6 +121,17 @@ pub struct InstancePool {
     /// Held strongly by every instance thread (and inline instances) until
     /// its instance is dropped: gone once they all are ([`Self::instances`]).
     source: Weak<InstanceSource>,
+    /// The threads that take jobs: one per instance, two for an instance
+    /// with a second lane ([`ModelInstance::lane`]).
+    threads: usize,
+}
+
+/// Whether an instance thread may start a second one for its instance's
+/// second lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lanes {
+    Allowed,
+    One,
 }
 
 /// Instances that run jobs on the submitting thread.
@@ -223,6 +234,7 @@ impl InstancePool {
             return Ok(InstancePool {
                 queues: Vec::new(),
                 source: Arc::downgrade(&inline.source),
+                threads: 0,
                 inline: Some(inline),
             });
         }
@@ -234,7 +246,7 @@ impl InstancePool {
             crossbeam_channel::bounded::<Job>(QUEUE_PER_INSTANCE * placements.len().max(1))
         };
         let receivers = vec![queue.1; placements.len()];
-        Self::start_with(source, placements, warmup, vec![queue.0], receivers)
+        Self::start_with(source, placements, warmup, vec![queue.0], receivers, Lanes::Allowed)
     }
 
     /// Like [`Self::start`], but each instance has its own queue
@@ -247,7 +259,10 @@ impl InstancePool {
         warmup: Vec<warmup::Sample>,
     ) -> Result<InstancePool> {
         let (senders, receivers) = placements.iter().map(|_| crossbeam_channel::unbounded::<Job>()).unzip();
-        Self::start_with(source, placements, warmup, senders, receivers)
+        // The sequence batcher sends an instance one job at a time (a
+        // sequence's next request needs the state its last one left): a
+        // second lane would never have a job to take ahead.
+        Self::start_with(source, placements, warmup, senders, receivers, Lanes::One)
     }
 
     fn start_with(
@@ -256,30 +271,33 @@ impl InstancePool {
         warmup: Vec<warmup::Sample>,
         queues: Vec<Sender<Job>>,
         receivers: Vec<Receiver<Job>>,
+        lanes: Lanes,
     ) -> Result<InstancePool> {
         let source = Arc::new(source);
         // Shared by the threads while they warm up; the last to finish frees it.
         let warmup = Arc::new(warmup);
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+        // Each instance says how many threads it runs on.
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<usize>>();
         for ((index, placement), receiver) in placements.iter().copied().enumerate().zip(receivers) {
             let source = Arc::clone(&source);
             let ready = ready_tx.clone();
             let warmup = Arc::clone(&warmup);
             std::thread::Builder::new()
                 .name(format!("{}-{}-{index}", source.model, source.version))
-                .spawn(move || worker(&source, index, placement, warmup, &receiver, &ready))
+                .spawn(move || worker(source, index, placement, warmup, receiver, &ready, lanes))
                 .map_err(|e| Error::internal(format!("failed to start an instance thread: {e}")))?;
         }
         drop(ready_tx);
         drop(warmup);
-        let pool = InstancePool {
+        let mut pool = InstancePool {
             queues,
             inline: None,
             source: Arc::downgrade(&source),
+            threads: 0,
         };
         for _ in placements {
             match ready_rx.recv() {
-                Ok(Ok(())) => {}
+                Ok(Ok(threads)) => pool.threads += threads,
                 // Dropping the pool closes the queue, which stops the
                 // instances that did start.
                 Ok(Err(e)) => return Err(e),
@@ -325,6 +343,12 @@ impl InstancePool {
         self.queues.len()
     }
 
+    /// How many threads take jobs from the queues: as many batches as a
+    /// batcher may have out at once.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
     /// What tells when every instance of the pool has been dropped: after
     /// the pool is, once each thread finished its job and its instance
     /// (a Python model's `finalize`, its stub's exit) and let go of it.
@@ -344,6 +368,7 @@ impl InstancePool {
                 queues,
                 inline: None,
                 source: Weak::new(),
+                threads: lanes,
             },
             receivers,
         )
@@ -390,32 +415,62 @@ pub fn wait_for_instances(timeout: std::time::Duration) -> bool {
 }
 
 /// The life of one instance thread: create the instance, report, run jobs
-/// until the queue closes.
+/// until the queue closes. An instance with a second lane gets a second
+/// thread on the same queue, started here once the instance is ready.
 fn worker(
-    source: &InstanceSource,
+    source: Arc<InstanceSource>,
     index: usize,
     placement: Placement,
     warmup: Arc<Vec<warmup::Sample>>,
-    jobs: &Receiver<Job>,
-    ready: &std::sync::mpsc::Sender<Result<()>>,
+    jobs: Receiver<Job>,
+    ready: &std::sync::mpsc::Sender<Result<usize>>,
+    lanes: Lanes,
 ) {
     // Declared first, dropped last: after the instance.
     let _alive = Alive::enter();
-    let mut instance = match create(source, placement) {
+    let mut instance = match create(&source, placement) {
         Ok(instance) => instance,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let warmed = warm_up(source, index, instance.as_mut(), &warmup);
+    let warmed = warm_up(&source, index, instance.as_mut(), &warmup);
     // Its data is not held while the instance serves.
     drop(warmup);
     if let Err(e) = warmed {
         let _ = ready.send(Err(e));
         return;
     }
-    let _ = ready.send(Ok(()));
+    let lane = match lanes {
+        Lanes::Allowed => instance.lane(),
+        Lanes::One => None,
+    };
+    let mut threads = 1;
+    if let Some(lane) = lane {
+        let (theirs, jobs) = (Arc::clone(&source), jobs.clone());
+        let started = std::thread::Builder::new()
+            .name(format!("{}-{}-{index}b", source.model, source.version))
+            .spawn(move || {
+                let _alive = Alive::enter();
+                // Moved in here, so that they go before `_alive` does.
+                let (source, lane, jobs) = (theirs, lane, jobs);
+                serve(&source, lane, &jobs);
+            });
+        match started {
+            Ok(_) => threads = 2,
+            // The instance serves on this thread alone.
+            Err(e) => {
+                tracing::warn!(model = %source.model, version = source.version, "no second thread for instance {index}: {e}")
+            }
+        }
+    }
+    let _ = ready.send(Ok(threads));
+    serve(&source, instance, &jobs);
+}
+
+/// Runs jobs on `instance` until the queue closes.
+fn serve(source: &InstanceSource, mut instance: Box<dyn ModelInstance>, jobs: &Receiver<Job>) {
     for job in jobs.iter() {
         // `run` already contains a panic in the batch it runs; this second
         // guard keeps the thread (and every request queued behind it) alive
@@ -802,5 +857,93 @@ mod tests {
         let stats = statistics.snapshot();
         assert_eq!((stats.execution_count, stats.inference_count), (1, 1));
         assert_eq!(stats.inference_stats.queue.count, 1);
+    }
+
+    /// An instance with a second lane: each execute says which thread ran
+    /// it, then waits until the test lets it finish.
+    struct Gated {
+        entered: crossbeam_channel::Sender<String>,
+        release: crossbeam_channel::Receiver<()>,
+    }
+
+    struct GatedBackend(Arc<Gated>);
+
+    struct GatedInstance(Arc<Gated>);
+
+    impl Backend for GatedBackend {
+        fn signature(
+            &self,
+            _: &ModelConfig,
+            _: &std::path::Path,
+        ) -> Result<Option<crate::model_config::autocomplete::ModelSignature>> {
+            Ok(None)
+        }
+
+        fn create_instance(&self, _: InstanceSpec<'_>) -> Result<Box<dyn ModelInstance>> {
+            Ok(Box::new(GatedInstance(Arc::clone(&self.0))))
+        }
+    }
+
+    impl ModelInstance for GatedInstance {
+        fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+            let name = std::thread::current().name().unwrap_or_default().to_string();
+            self.0.entered.send(name).unwrap();
+            self.0.release.recv().unwrap();
+            for request in 0..batch.requests.len() {
+                sink.send(request, Produced::from(Vec::new()));
+            }
+            Ok(ComputeTiming::default())
+        }
+
+        fn lane(&mut self) -> Option<Box<dyn ModelInstance>> {
+            Some(Box::new(GatedInstance(Arc::clone(&self.0))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_second_lane_takes_the_next_job_while_the_first_runs() {
+        let (entered_tx, entered) = crossbeam_channel::unbounded();
+        let (release, release_rx) = crossbeam_channel::unbounded();
+        let gated = Arc::new(Gated {
+            entered: entered_tx,
+            release: release_rx,
+        });
+        let backend: &'static GatedBackend = Box::leak(Box::new(GatedBackend(gated)));
+        let config = parse(
+            r#"name: "gated" backend: "python" max_batch_size: 0
+               input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+               output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]"#,
+        )
+        .unwrap();
+        let source = InstanceSource {
+            model: "gated".into(),
+            version: 1,
+            backend,
+            config: Arc::new(config),
+            version_dir: PathBuf::from("."),
+            statistics: Arc::new(ModelStatistics::default()),
+            members: Members::default(),
+            idle: None,
+        };
+        let placement = Placement {
+            device: Device::Cpu,
+            intra_op_threads: 1,
+        };
+        let pool = InstancePool::start(source, &[placement], Vec::new()).unwrap();
+        assert_eq!(pool.threads(), 2);
+        let (first, mut first_rx) = pending(1.0);
+        let (second, mut second_rx) = pending(2.0);
+        pool.try_submit(Job::single(first)).unwrap();
+        let running = entered.recv().unwrap();
+        // The first job holds its thread; the second is taken by the other.
+        pool.try_submit(Job::single(second)).unwrap();
+        let ahead = entered.recv().unwrap();
+        let mut threads = [running, ahead];
+        threads.sort();
+        assert_eq!(threads, ["gated-1-0".to_string(), "gated-1-0b".to_string()]);
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        single(&mut first_rx).await.unwrap();
+        single(&mut second_rx).await.unwrap();
     }
 }

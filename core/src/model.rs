@@ -446,13 +446,10 @@ fn on_instances(
     let pool = InstancePool::start(source(idle_tx), &placements, warmup)?;
     let instances = pool.instances();
     let scheduler = match (batching, idle_rx) {
-        (Some(batching), Some(idle)) => Scheduler::Dynamic(DynamicBatchScheduler::start(
-            name,
-            batching,
-            pool,
-            placements.len(),
-            idle,
-        )?),
+        (Some(batching), Some(idle)) => {
+            let threads = pool.threads();
+            Scheduler::Dynamic(DynamicBatchScheduler::start(name, batching, pool, threads, idle)?)
+        }
         _ => Scheduler::Default(pool),
     };
     Ok((scheduler, instances))

@@ -1,10 +1,12 @@
 //! One instance of a Python model: its stub, and the loop that runs a batch
 //! through it.
 //!
-//! The instance thread writes the batch's inputs into the host pool, sends
-//! `execute`, and reads the stub until `executed`, which carries every
-//! response; meanwhile the stub may call other models (BLS, answered from
-//! the async runtime), log and update its metrics. A decoupled model's
+//! An instance thread writes the batch's inputs into the host pool, sends
+//! `execute`, and when its turn comes reads the stub until `executed`,
+//! which carries every response; meanwhile the stub may call other models
+//! (BLS, answered from the async runtime), log and update its metrics. Two
+//! threads (lanes) take turns on one stub, so that the next batch is in
+//! the stub's socket before the current one is done. A decoupled model's
 //! stub is read by its [`Pump`](crate::pump::Pump) instead: its requests
 //! outlive their execute, so the instance waits only for `executed` and
 //! takes its next batch while they stream.
@@ -27,7 +29,7 @@ use nereid_core::response::Produced;
 use nereid_core::sequence_batcher::correlation::CorrelationId;
 use nereid_core::statistics::ComputeTiming;
 use nereid_core::tensor::Tensor;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::bls::{self, Caller};
 use crate::metrics::CustomMetrics;
@@ -35,8 +37,8 @@ use crate::protocol::{
     Descriptor, ExecRequest, FromStub, InitArgs, SEQUENCE_END, SEQUENCE_START, ShmSettings, ToStub, WireResponse,
     parameters_from_json, parameters_to_json,
 };
-use crate::shm::StubPool;
-use crate::stub::{Gone, Launch, Stub};
+use crate::shm::{HostPool, StubPool};
+use crate::stub::{self, Gone, Launch, Stub, Writer};
 
 /// What every instance of one model version shares.
 pub struct Shared {
@@ -59,37 +61,114 @@ pub struct Shared {
     pub metrics: Arc<CustomMetrics>,
     /// Outputs already warned about for a datatype other than the config's.
     pub mistyped: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// Whether an instance's next execute is sent while its stub runs the
+    /// current one (two lanes; `execute-ahead`).
+    pub execute_ahead: bool,
 }
 
 /// The longest wait before a new stub after failures in a row.
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
+/// One lane of an instance: with `execute-ahead` (the default), a model
+/// that is not decoupled has two, on two pool threads, taking turns on the
+/// instance's one stub
+/// ([`ModelInstance::lane`]). While the stub runs one lane's execute, the
+/// other lane's is already written and waits in the stub's socket, so the
+/// stub goes from one execute to the next without waiting for the
+/// server's round trip (reading `executed`, answering, taking the next
+/// batch, writing its inputs): at one request per execute that round trip
+/// had the stub idle nearly half the time.
 pub struct PythonInstance {
+    shared: Arc<Shared>,
+    cell: Arc<Cell>,
+}
+
+/// The stub of one instance and the order its lanes use it in.
+struct Cell {
     shared: Arc<Shared>,
     name: String,
     device: Device,
+    state: Mutex<State>,
+    /// Signalled when the turn to read the stub passes on, or the stub fails.
+    turn: Condvar,
+}
+
+struct State {
+    /// The stub, while no lane reads it (the lane whose turn it is takes
+    /// it out); `None` too once it has failed, until the next batch starts
+    /// a new one.
     stub: Option<Stub>,
+    /// How lanes write to the stub while another reads it; `None` while
+    /// there is no stub.
+    link: Option<Link>,
+    /// Executes sent to the stub, and the one whose answers are read next:
+    /// the stub runs them in the order sent.
+    sent: u64,
+    serving: u64,
+    /// Counts stubs: an execute sent to an earlier one failed with it, for
+    /// the reason in `lost`.
+    generation: u64,
+    lost: String,
+    /// The key of the next request sent to the stub: keys are unique per
+    /// stub, so that an execute waiting in its socket never shares one with
+    /// the execute running.
+    next_key: u64,
     /// Stub failures in a row, and when the last one was.
     failures: u32,
     failed_at: Option<Instant>,
+}
+
+/// What writing to a stub needs.
+#[derive(Clone)]
+struct Link {
+    writer: Writer,
+    host: Arc<Mutex<HostPool>>,
+}
+
+impl Link {
+    fn of(stub: &Stub) -> Link {
+        Link {
+            writer: Arc::clone(stub.writer()),
+            host: Arc::clone(&stub.host),
+        }
+    }
 }
 
 impl PythonInstance {
     /// Starts the instance's stub and initializes the model: an error
     /// here (the model's own, with its traceback) fails the load.
     pub fn start(shared: Arc<Shared>, name: String, device: Device) -> Result<Self> {
-        let mut instance = PythonInstance {
-            shared,
+        let cell = Cell {
+            shared: Arc::clone(&shared),
             name,
             device,
-            stub: None,
-            failures: 0,
-            failed_at: None,
+            state: Mutex::new(State {
+                stub: None,
+                link: None,
+                sent: 0,
+                serving: 0,
+                generation: 0,
+                lost: String::new(),
+                next_key: 0,
+                failures: 0,
+                failed_at: None,
+            }),
+            turn: Condvar::new(),
         };
-        instance.stub = Some(instance.launch()?);
-        Ok(instance)
+        let stub = cell.launch()?;
+        {
+            let mut state = cell.state.lock();
+            state.link = Some(Link::of(&stub));
+            state.stub = Some(stub);
+        }
+        Ok(PythonInstance {
+            shared,
+            cell: Arc::new(cell),
+        })
     }
+}
 
+impl Cell {
     fn launch(&self) -> Result<Stub> {
         let mut stub = self.initialized()?;
         if self.shared.decoupled {
@@ -139,92 +218,196 @@ impl PythonInstance {
         }
     }
 
-    /// The running stub, or a new one once the back-off has passed.
-    fn stub(&mut self) -> Result<&mut Stub> {
-        if self.stub.as_mut().is_some_and(Stub::has_exited) {
+    /// Makes sure there is a stub to send to: the running one, or a new
+    /// one once the back-off has passed. Called with no execute in the
+    /// stub, or with the stub alive.
+    fn ensure_stub(&self, state: &mut State) -> Result<Link> {
+        let idle = state.sent == state.serving;
+        if idle && state.stub.as_mut().is_some_and(Stub::has_exited) {
             tracing::warn!(model = %self.shared.model, instance = %self.name, "the Python stub exited while idle");
-            self.stub = None;
+            state.stub = None;
+            state.link = None;
+            state.generation += 1;
         }
-        if self.stub.is_none() {
-            if let Some(at) = self.failed_at {
-                let backoff = Duration::from_millis(100)
-                    .saturating_mul(1 << self.failures.saturating_sub(1).min(7))
-                    .min(MAX_BACKOFF);
-                if let Some(wait) = (at + backoff).checked_duration_since(Instant::now()) {
-                    std::thread::sleep(wait);
-                }
-            }
-            tracing::info!(model = %self.shared.model, instance = %self.name, "starting a new Python stub");
-            match self.launch() {
-                Ok(stub) => self.stub = Some(stub),
-                Err(e) => {
-                    self.failures += 1;
-                    self.failed_at = Some(Instant::now());
-                    return Err(e);
-                }
+        if let Some(link) = &state.link {
+            return Ok(link.clone());
+        }
+        if let Some(at) = state.failed_at {
+            let backoff = Duration::from_millis(100)
+                .saturating_mul(1 << state.failures.saturating_sub(1).min(7))
+                .min(MAX_BACKOFF);
+            if let Some(wait) = (at + backoff).checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
             }
         }
-        Ok(self.stub.as_mut().expect("started above"))
+        tracing::info!(model = %self.shared.model, instance = %self.name, "starting a new Python stub");
+        match self.launch() {
+            Ok(stub) => {
+                let link = Link::of(&stub);
+                state.link = Some(link.clone());
+                state.stub = Some(stub);
+                state.next_key = 0;
+                Ok(link)
+            }
+            Err(e) => {
+                state.failures += 1;
+                state.failed_at = Some(Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// The stub failed while a lane read it (the lane has dropped it):
+    /// every execute sent to it fails, and the next batch starts a new one.
+    fn failed(&self, state: &mut State, reason: &str) {
+        tracing::error!(model = %self.shared.model, instance = %self.name, %reason, "the Python stub failed; its batches fail and a new stub will take the next");
+        state.stub = None;
+        state.link = None;
+        state.generation += 1;
+        state.lost = reason.to_string();
+        state.serving = state.sent;
+        state.failures += 1;
+        state.failed_at = Some(Instant::now());
+        self.turn.notify_all();
+    }
+
+    fn restarting(&self, reason: &str) -> Error {
+        Error::unavailable(format!(
+            "model '{}' instance '{}': {reason}; the instance is restarting",
+            self.shared.model, self.name
+        ))
+    }
+
+    /// A decoupled model's batch: one lane, which holds the stub for the
+    /// whole execute (its responses stream through the stub's pump).
+    fn execute_decoupled(&self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+        let started = Instant::now();
+        let mut state = self.state.lock();
+        self.ensure_stub(&mut state)?;
+        let stub = state.stub.as_mut().expect("ensured above");
+        if let Err(gone) = run_decoupled(&self.shared, stub, batch, sink) {
+            let reason = gone.describe();
+            if let Some(pump) = stub.pump() {
+                pump.stopping(reason.clone());
+            }
+            // Dropping it kills whatever is left of it.
+            state.stub = None;
+            self.failed(&mut state, &reason);
+            return Err(self.restarting(&reason));
+        }
+        state.failures = 0;
+        Ok(ComputeTiming {
+            infer: started.elapsed(),
+            ..ComputeTiming::default()
+        })
+    }
+
+    /// A batch of a model that is not decoupled: its inputs written and
+    /// its `execute` sent at once, its answers read when its turn comes.
+    fn execute(&self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
+        let shared = &*self.shared;
+        let writing = Instant::now();
+        let mut state = self.state.lock();
+        let link = self.ensure_stub(&mut state)?;
+        let (sent, exec) = written(shared, &link.host, batch, sink);
+        if sent.is_empty() {
+            return Ok(ComputeTiming::default());
+        }
+        let first = state.next_key;
+        state.next_key += sent.len() as u64;
+        let (ticket, generation) = (state.sent, state.generation);
+        // Sent under the lock, so that the tickets are in the order the
+        // stub receives the executes.
+        if let Err(e) = stub::send(&link.writer, &ToStub::Execute { requests: exec, first }) {
+            // The stub is gone. If a lane is reading it, that lane finds out
+            // and fails what was sent; else the next batch starts a new one.
+            let reason = format!("the Python stub could not be written to ({e})");
+            if state.sent == state.serving {
+                state.stub = None;
+                self.failed(&mut state, &reason);
+            }
+            return Err(self.restarting(&reason));
+        }
+        state.sent += 1;
+        let input = writing.elapsed();
+        while state.serving != ticket && state.generation == generation {
+            self.turn.wait(&mut state);
+        }
+        if state.generation != generation {
+            return Err(self.restarting(&state.lost.clone()));
+        }
+        let mut stub = state.stub.take().expect("the stub waits for the lane whose turn it is");
+        drop(state);
+        // The stub starts this execute as it finishes the one before.
+        let started = Instant::now();
+        let ran = run(shared, &mut stub, first, &sent, sink);
+        let infer = started.elapsed();
+        let outcome = match ran {
+            Ok(()) => Ok(stub),
+            Err(gone) => {
+                // Killed before the lock is taken: a lane blocked writing
+                // to the stub (under the lock) then fails instead of waiting.
+                drop(stub);
+                Err(gone.describe())
+            }
+        };
+        let mut state = self.state.lock();
+        match outcome {
+            Ok(stub) => {
+                state.stub = Some(stub);
+                state.failures = 0;
+                state.serving += 1;
+                self.turn.notify_all();
+                Ok(ComputeTiming {
+                    input,
+                    infer,
+                    ..ComputeTiming::default()
+                })
+            }
+            Err(reason) => {
+                self.failed(&mut state, &reason);
+                Err(self.restarting(&reason))
+            }
+        }
     }
 }
 
 impl ModelInstance for PythonInstance {
     fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming> {
-        let started = Instant::now();
-        let shared = Arc::clone(&self.shared);
-        let stub = self.stub()?;
-        let ran = match shared.decoupled {
-            true => run_decoupled(&shared, stub, batch, sink),
-            false => run(&shared, stub, batch, sink),
-        };
-        match ran {
-            Ok(()) => {
-                self.failures = 0;
-                Ok(ComputeTiming {
-                    infer: started.elapsed(),
-                    ..ComputeTiming::default()
-                })
-            }
-            Err(gone) => {
-                let reason = gone.describe();
-                tracing::error!(model = %shared.model, instance = %self.name, %reason, "the Python stub failed; its batch fails and a new stub will take the next");
-                if let Some(pump) = self.stub.as_ref().and_then(Stub::pump) {
-                    pump.stopping(reason.clone());
-                }
-                // Dropping it kills whatever is left of it.
-                self.stub = None;
-                self.failures += 1;
-                self.failed_at = Some(Instant::now());
-                Err(Error::unavailable(format!(
-                    "model '{}' instance '{}': {reason}; the instance is restarting",
-                    shared.model, self.name
-                )))
-            }
+        match self.shared.decoupled {
+            true => self.cell.execute_decoupled(batch, sink),
+            false => self.cell.execute(batch, sink),
+        }
+    }
+
+    /// A second lane, for a model that is not decoupled (a decoupled
+    /// model's stub is read by its pump for as long as its requests stream,
+    /// so its batches already overlap their answers).
+    fn lane(&mut self) -> Option<Box<dyn ModelInstance>> {
+        match self.shared.decoupled || !self.shared.execute_ahead {
+            true => None,
+            false => Some(Box::new(PythonInstance {
+                shared: Arc::clone(&self.shared),
+                cell: Arc::clone(&self.cell),
+            })),
         }
     }
 }
 
-impl Drop for PythonInstance {
+impl Drop for Cell {
     fn drop(&mut self) {
-        if let Some(stub) = self.stub.take() {
+        if let Some(stub) = self.state.get_mut().stub.take() {
             stub.finalize(self.shared.stub_timeout, &self.shared.model, &self.shared.metrics);
         }
     }
 }
 
-/// Runs one batch through `stub`: every request ends, answered or failed,
-/// unless the stub itself fails (then it is replaced, and the caller fails
-/// what is left).
-fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSink) -> Result<(), Gone> {
-    let (sent, exec) = written(shared, stub, batch, sink);
-    if sent.is_empty() {
-        return Ok(());
-    }
+/// Reads the answers of one execute from `stub` (sent with keys from
+/// `first`, for the batch positions `sent`): every request ends, answered
+/// or failed, unless the stub itself fails (then it is replaced, and the
+/// caller fails what is left).
+fn run(shared: &Shared, stub: &mut Stub, first: u64, sent: &[usize], sink: &mut dyn ResponseSink) -> Result<(), Gone> {
     let count = sent.len();
-    stub.send(&ToStub::Execute {
-        requests: exec,
-        first: 0,
-    })?;
     let caller = Caller {
         runtime: shared.runtime.clone(),
         members: shared.members.clone(),
@@ -242,7 +425,7 @@ fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSi
         let waiting = Instant::now();
         let message = loop {
             if looked.elapsed() >= CANCEL_POLL {
-                tell_cancelled(stub, sink, &sent, &mut told_cancelled)?;
+                tell_cancelled(stub, sink, first, sent, &mut told_cancelled)?;
                 looked = Instant::now();
             }
             let left = shared.execute_timeout.saturating_sub(waiting.elapsed());
@@ -315,7 +498,7 @@ fn run(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSi
 /// the pump, which sends their responses as they come, and the batch is
 /// over once `execute` has returned.
 fn run_decoupled(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn ResponseSink) -> Result<(), Gone> {
-    let (sent, exec) = written(shared, stub, batch, sink);
+    let (sent, exec) = written(shared, &stub.host, batch, sink);
     if sent.is_empty() {
         return Ok(());
     }
@@ -343,7 +526,7 @@ fn run_decoupled(shared: &Shared, stub: &mut Stub, batch: Batch, sink: &mut dyn 
 /// and not sent), and the stub's view of each, in that order.
 fn written(
     shared: &Shared,
-    stub: &mut Stub,
+    host: &Mutex<HostPool>,
     batch: Batch,
     sink: &mut dyn ResponseSink,
 ) -> (Vec<usize>, Vec<ExecRequest>) {
@@ -355,7 +538,7 @@ fn written(
     let mut sent = Vec::with_capacity(requests.len());
     let mut exec = Vec::with_capacity(requests.len());
     {
-        let mut host = stub.host.lock();
+        let mut host = host.lock();
         for (position, inputs) in requests.into_iter().enumerate() {
             let info = info.next();
             let described: Result<Vec<Descriptor>> = inputs
@@ -382,11 +565,19 @@ pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 /// Tells the stub, once each, of the running requests whose clients have
 /// gone away.
-fn tell_cancelled(stub: &Stub, sink: &dyn ResponseSink, sent: &[usize], told: &mut [bool]) -> Result<(), Gone> {
+fn tell_cancelled(
+    stub: &Stub,
+    sink: &dyn ResponseSink,
+    first: u64,
+    sent: &[usize],
+    told: &mut [bool],
+) -> Result<(), Gone> {
     for (i, told) in told.iter_mut().enumerate() {
         if !*told && sink.is_cancelled(sent[i]) {
             *told = true;
-            stub.send(&ToStub::Cancelled { request: i as u64 })?;
+            stub.send(&ToStub::Cancelled {
+                request: first + i as u64,
+            })?;
         }
     }
     Ok(())

@@ -57,6 +57,9 @@ pub struct Settings {
     pub shm_limit_byte_size: usize,
     pub stub_timeout: Duration,
     pub execute_timeout: Duration,
+    /// Whether an instance sends its next execute while its stub runs the
+    /// current one (`execute-ahead`, 1 or 0).
+    pub execute_ahead: bool,
 }
 
 impl Default for Settings {
@@ -67,6 +70,7 @@ impl Default for Settings {
             shm_limit_byte_size: 1 << 30,
             stub_timeout: Duration::from_secs(30),
             execute_timeout: Duration::from_secs(300),
+            execute_ahead: true,
         }
     }
 }
@@ -93,6 +97,7 @@ impl Settings {
             shm_limit_byte_size: bytes("shm-limit-byte-size", defaults.shm_limit_byte_size),
             stub_timeout: seconds("stub-timeout-seconds", defaults.stub_timeout),
             execute_timeout: seconds("execute-timeout-seconds", defaults.execute_timeout),
+            execute_ahead: count("execute-ahead", u64::from(defaults.execute_ahead)) > 0,
         }
     }
 }
@@ -177,6 +182,7 @@ impl Backend for PythonBackend {
             runtime: self.runtime.clone(),
             metrics: Arc::clone(&self.metrics),
             mistyped: Default::default(),
+            execute_ahead: self.settings.execute_ahead,
         };
         let name = format!("{}_0_{index}", config.name);
         Ok(Box::new(PythonInstance::start(Arc::new(shared), name, spec.device)?))

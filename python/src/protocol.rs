@@ -127,9 +127,10 @@ pub enum ToStub {
         model_file: String,
         config: serde_json::Value,
     },
-    /// `first` is the key of the first request; the others follow it. A
-    /// decoupled model's keys are unique for the stub's life, as its
-    /// requests may outlive their execute; other models' start at 0.
+    /// `first` is the key of the first request; the others follow it.
+    /// Keys are unique for the stub's life: a decoupled model's requests
+    /// outlive their execute, and another model's next execute may wait in
+    /// the stub's socket while the current one runs.
     Execute {
         requests: Vec<ExecRequest>,
         first: u64,

@@ -26,6 +26,7 @@ const KNOWN: &[(&str, &str)] = &[
     ("python", "shm-limit-byte-size"),
     ("python", "stub-timeout-seconds"),
     ("python", "execute-timeout-seconds"),
+    ("python", "execute-ahead"),
 ];
 const DEFAULT_MAX_BATCH_SIZE_SETTING: &str = "default-max-batch-size";
 
