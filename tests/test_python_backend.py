@@ -666,6 +666,20 @@ def test_the_next_execute_waits_in_the_stubs_socket_while_the_current_runs(serve
     assert _peek_with_one_waiting(server, tmp_path) == 1
 
 
+def _instance_threads(server, model: str) -> int:
+    """How many of the server's threads serve instance 0 of `model`."""
+    names = [(task / "comm").read_text().strip() for task in Path(f"/proc/{server.pid}/task").iterdir()]
+    return sum(1 for name in names if name.startswith(f"{model}-1-0"))
+
+
+def test_a_model_without_a_batcher_sends_two_executes_ahead_and_one_behind_a_batcher(server):
+    # One request per execute: two wait in the stub's socket. A dynamic
+    # batcher forms a batch whenever a thread is free, so there each more
+    # thread would make the batches smaller: one waits.
+    assert _instance_threads(server, "faulty") == 3
+    assert _instance_threads(server, "batcher") == 2
+
+
 def test_with_execute_ahead_off_the_next_execute_is_sent_after_the_current(tmp_path_factory, tmp_path):
     srv = _start(
         tmp_path_factory,
@@ -674,6 +688,7 @@ def test_with_execute_ahead_off_the_next_execute_is_sent_after_the_current(tmp_p
         ["--backend-config=python,execute-ahead=0"],
     )
     try:
+        assert _instance_threads(srv, "faulty") == 1
         assert _peek_with_one_waiting(srv, tmp_path) == 0
     finally:
         srv.stop_and_check()

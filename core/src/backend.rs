@@ -151,12 +151,13 @@ impl Batch {
 pub trait ModelInstance: Send {
     fn execute(&mut self, batch: Batch, sink: &mut dyn ResponseSink) -> Result<ComputeTiming>;
 
-    /// A second handle on this instance, for a second pool thread that
-    /// takes the next batch while this one's runs; the instance still runs
-    /// its batches one at a time, in the order they came. Worth it where a
+    /// Another handle on this instance, for another pool thread that takes
+    /// the next batch while this one's runs; the instance still runs its
+    /// batches one at a time, in the order they came. Worth it where a
     /// batch's hand-over costs as much as its run: a Python stub waits
     /// idle for the server's round trip between two executes unless the
-    /// next one is already in its socket. `None` (the default): one thread.
+    /// next one is already in its socket. Asked again after each lane
+    /// given, until `None` (the default: one thread) or four threads.
     fn lane(&mut self) -> Option<Box<dyn ModelInstance>> {
         None
     }

@@ -121,18 +121,22 @@ pub struct InstancePool {
     /// Held strongly by every instance thread (and inline instances) until
     /// its instance is dropped: gone once they all are ([`Self::instances`]).
     source: Weak<InstanceSource>,
-    /// The threads that take jobs: one per instance, two for an instance
-    /// with a second lane ([`ModelInstance::lane`]).
+    /// The threads that take jobs: one per instance, more for an instance
+    /// with more lanes ([`ModelInstance::lane`]).
     threads: usize,
 }
 
-/// Whether an instance thread may start a second one for its instance's
-/// second lane.
+/// Whether an instance thread may start more for its instance's other
+/// lanes ([`ModelInstance::lane`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lanes {
     Allowed,
     One,
 }
+
+/// The most threads one instance runs on, and their names' suffixes.
+const MAX_LANES: usize = 4;
+const LANE_NAMES: [&str; MAX_LANES] = ["", "b", "c", "d"];
 
 /// Instances that run jobs on the submitting thread.
 pub struct Inline {
@@ -415,8 +419,8 @@ pub fn wait_for_instances(timeout: std::time::Duration) -> bool {
 }
 
 /// The life of one instance thread: create the instance, report, run jobs
-/// until the queue closes. An instance with a second lane gets a second
-/// thread on the same queue, started here once the instance is ready.
+/// until the queue closes. An instance with more lanes gets a thread for
+/// each on the same queue, started here once the instance is ready.
 fn worker(
     source: Arc<InstanceSource>,
     index: usize,
@@ -442,15 +446,15 @@ fn worker(
         let _ = ready.send(Err(e));
         return;
     }
-    let lane = match lanes {
-        Lanes::Allowed => instance.lane(),
-        Lanes::One => None,
-    };
     let mut threads = 1;
-    if let Some(lane) = lane {
+    while lanes == Lanes::Allowed && threads < MAX_LANES {
+        let Some(lane) = instance.lane() else { break };
         let (theirs, jobs) = (Arc::clone(&source), jobs.clone());
         let started = std::thread::Builder::new()
-            .name(format!("{}-{}-{index}b", source.model, source.version))
+            .name(format!(
+                "{}-{}-{index}{}",
+                source.model, source.version, LANE_NAMES[threads]
+            ))
             .spawn(move || {
                 let _alive = Alive::enter();
                 // Moved in here, so that they go before `_alive` does.
@@ -458,10 +462,11 @@ fn worker(
                 serve(&source, lane, &jobs);
             });
         match started {
-            Ok(_) => threads = 2,
-            // The instance serves on this thread alone.
+            Ok(_) => threads += 1,
+            // The instance serves on the threads it has.
             Err(e) => {
-                tracing::warn!(model = %source.model, version = source.version, "no second thread for instance {index}: {e}")
+                tracing::warn!(model = %source.model, version = source.version, "no more threads for instance {index}: {e}");
+                break;
             }
         }
     }
@@ -859,8 +864,8 @@ mod tests {
         assert_eq!(stats.inference_stats.queue.count, 1);
     }
 
-    /// An instance with a second lane: each execute says which thread ran
-    /// it, then waits until the test lets it finish.
+    /// An instance that always offers another lane: each execute says which
+    /// thread ran it, then waits until the test lets it finish.
     struct Gated {
         entered: crossbeam_channel::Sender<String>,
         release: crossbeam_channel::Receiver<()>,
@@ -901,7 +906,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_second_lane_takes_the_next_job_while_the_first_runs() {
+    async fn another_lane_takes_the_next_job_while_the_first_runs() {
         let (entered_tx, entered) = crossbeam_channel::unbounded();
         let (release, release_rx) = crossbeam_channel::unbounded();
         let gated = Arc::new(Gated {
@@ -930,7 +935,8 @@ mod tests {
             intra_op_threads: 1,
         };
         let pool = InstancePool::start(source, &[placement], Vec::new()).unwrap();
-        assert_eq!(pool.threads(), 2);
+        // It offers lanes without end: the pool stops at its bound.
+        assert_eq!(pool.threads(), MAX_LANES);
         let (first, mut first_rx) = pending(1.0);
         let (second, mut second_rx) = pending(2.0);
         pool.try_submit(Job::single(first)).unwrap();
@@ -938,9 +944,13 @@ mod tests {
         // The first job holds its thread; the second is taken by the other.
         pool.try_submit(Job::single(second)).unwrap();
         let ahead = entered.recv().unwrap();
-        let mut threads = [running, ahead];
-        threads.sort();
-        assert_eq!(threads, ["gated-1-0".to_string(), "gated-1-0b".to_string()]);
+        assert_ne!(running, ahead);
+        for name in [&running, &ahead] {
+            assert!(
+                LANE_NAMES.iter().any(|lane| *name == format!("gated-1-0{lane}")),
+                "{name}"
+            );
+        }
         release.send(()).unwrap();
         release.send(()).unwrap();
         single(&mut first_rx).await.unwrap();

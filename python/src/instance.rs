@@ -61,9 +61,9 @@ pub struct Shared {
     pub metrics: Arc<CustomMetrics>,
     /// Outputs already warned about for a datatype other than the config's.
     pub mistyped: parking_lot::Mutex<std::collections::HashSet<String>>,
-    /// Whether an instance's next execute is sent while its stub runs the
-    /// current one (two lanes; `execute-ahead`).
-    pub execute_ahead: bool,
+    /// How many executes an instance sends ahead while its stub runs the
+    /// current one (a lane each; `execute-ahead`).
+    pub execute_ahead: usize,
 }
 
 /// The longest wait before a new stub after failures in a row.
@@ -116,6 +116,8 @@ struct State {
     /// Stub failures in a row, and when the last one was.
     failures: u32,
     failed_at: Option<Instant>,
+    /// The lanes made so far: this one and those given to the pool.
+    lanes: usize,
 }
 
 /// What writing to a stub needs.
@@ -152,6 +154,7 @@ impl PythonInstance {
                 next_key: 0,
                 failures: 0,
                 failed_at: None,
+                lanes: 1,
             }),
             turn: Condvar::new(),
         };
@@ -384,13 +387,15 @@ impl ModelInstance for PythonInstance {
     /// model's stub is read by its pump for as long as its requests stream,
     /// so its batches already overlap their answers).
     fn lane(&mut self) -> Option<Box<dyn ModelInstance>> {
-        match self.shared.decoupled || !self.shared.execute_ahead {
-            true => None,
-            false => Some(Box::new(PythonInstance {
-                shared: Arc::clone(&self.shared),
-                cell: Arc::clone(&self.cell),
-            })),
+        let mut state = self.cell.state.lock();
+        if self.shared.decoupled || state.lanes > self.shared.execute_ahead {
+            return None;
         }
+        state.lanes += 1;
+        Some(Box::new(PythonInstance {
+            shared: Arc::clone(&self.shared),
+            cell: Arc::clone(&self.cell),
+        }))
     }
 }
 

@@ -147,7 +147,7 @@ impl Stub {
                 Ok(())
             });
         }
-        let child = command.spawn().map_err(|e| match e.kind() {
+        let child = spawn_kept(command).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => Error::unavailable(format!(
                 "the Python interpreter '{}' was not found: Python models need python3 with numpy on the PATH, \
                  or EXECUTION_ENV_PATH",
@@ -402,6 +402,37 @@ impl StderrTail {
 }
 
 /// Writes one frame through a shared writer.
+/// Starts `command` from one thread that lives as long as the process.
+///
+/// `PR_SET_PDEATHSIG` fires when the thread that forked the child ends, not
+/// the process: a stub forked by an instance thread would be killed the
+/// moment that thread ends, and an instance's lanes end in any order at
+/// unload, so the stub could die before the last lane has finalized it.
+/// Forked from this thread instead, a stub dies with the server and
+/// otherwise only when it is dropped.
+fn spawn_kept(command: Command) -> io::Result<Child> {
+    type Spawn = (Command, std::sync::mpsc::SyncSender<io::Result<Child>>);
+    static KEEPER: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<Spawn>>> = std::sync::OnceLock::new();
+    let keeper = KEEPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Spawn>();
+        let started = std::thread::Builder::new().name("python-stubs".into()).spawn(move || {
+            for (mut command, answer) in rx {
+                let _ = answer.send(command.spawn());
+            }
+        });
+        if let Err(e) = started {
+            tracing::error!("no thread to start Python stubs from: {e}");
+        }
+        Mutex::new(tx)
+    });
+    let (answer, answered) = std::sync::mpsc::sync_channel(1);
+    let sent = keeper.lock().send((command, answer));
+    sent.map_err(|_| io::Error::other("the thread that starts Python stubs has stopped"))?;
+    answered
+        .recv()
+        .map_err(|_| io::Error::other("the thread that starts Python stubs has stopped"))?
+}
+
 pub fn send(writer: &Writer, message: &ToStub) -> io::Result<()> {
     let mut stream = writer.lock();
     channel::write_frame(&mut *stream, message)?;
