@@ -383,9 +383,9 @@ impl ModelInstance for PythonInstance {
         }
     }
 
-    /// A second lane, for a model that is not decoupled (a decoupled
-    /// model's stub is read by its pump for as long as its requests stream,
-    /// so its batches already overlap their answers).
+    /// Another lane, one per execute sent ahead, for a model that is not
+    /// decoupled (a decoupled model's stub is read by its pump for as long
+    /// as its requests stream, so its batches already overlap their answers).
     fn lane(&mut self) -> Option<Box<dyn ModelInstance>> {
         let mut state = self.cell.state.lock();
         if self.shared.decoupled || state.lanes > self.shared.execute_ahead {
