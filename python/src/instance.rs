@@ -120,6 +120,16 @@ struct State {
     lanes: usize,
 }
 
+impl State {
+    /// Drops the stub (which kills what is left of it): executes sent to
+    /// it can no longer be answered, and the next batch starts a new one.
+    fn forget_stub(&mut self) {
+        self.stub = None;
+        self.link = None;
+        self.generation += 1;
+    }
+}
+
 /// What writing to a stub needs.
 #[derive(Clone)]
 struct Link {
@@ -228,9 +238,7 @@ impl Cell {
         let idle = state.sent == state.serving;
         if idle && state.stub.as_mut().is_some_and(Stub::has_exited) {
             tracing::warn!(model = %self.shared.model, instance = %self.name, "the Python stub exited while idle");
-            state.stub = None;
-            state.link = None;
-            state.generation += 1;
+            state.forget_stub();
         }
         if let Some(link) = &state.link {
             return Ok(link.clone());
@@ -264,9 +272,7 @@ impl Cell {
     /// every execute sent to it fails, and the next batch starts a new one.
     fn failed(&self, state: &mut State, reason: &str) {
         tracing::error!(model = %self.shared.model, instance = %self.name, %reason, "the Python stub failed; its batches fail and a new stub will take the next");
-        state.stub = None;
-        state.link = None;
-        state.generation += 1;
+        state.forget_stub();
         state.lost = reason.to_string();
         state.serving = state.sent;
         state.failures += 1;
@@ -294,7 +300,6 @@ impl Cell {
                 pump.stopping(reason.clone());
             }
             // Dropping it kills whatever is left of it.
-            state.stub = None;
             self.failed(&mut state, &reason);
             return Err(self.restarting(&reason));
         }
@@ -326,7 +331,6 @@ impl Cell {
             // and fails what was sent; else the next batch starts a new one.
             let reason = format!("the Python stub could not be written to ({e})");
             if state.sent == state.serving {
-                state.stub = None;
                 self.failed(&mut state, &reason);
             }
             return Err(self.restarting(&reason));

@@ -401,7 +401,6 @@ impl StderrTail {
     }
 }
 
-/// Writes one frame through a shared writer.
 /// Starts `command` from one thread that lives as long as the process.
 ///
 /// `PR_SET_PDEATHSIG` fires when the thread that forked the child ends, not
@@ -412,7 +411,8 @@ impl StderrTail {
 /// otherwise only when it is dropped.
 fn spawn_kept(command: Command) -> io::Result<Child> {
     type Spawn = (Command, std::sync::mpsc::SyncSender<io::Result<Child>>);
-    static KEEPER: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<Spawn>>> = std::sync::OnceLock::new();
+    static KEEPER: std::sync::OnceLock<std::sync::mpsc::Sender<Spawn>> = std::sync::OnceLock::new();
+    let stopped = || io::Error::other("the thread that starts Python stubs has stopped");
     let keeper = KEEPER.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel::<Spawn>();
         let started = std::thread::Builder::new().name("python-stubs".into()).spawn(move || {
@@ -423,16 +423,14 @@ fn spawn_kept(command: Command) -> io::Result<Child> {
         if let Err(e) = started {
             tracing::error!("no thread to start Python stubs from: {e}");
         }
-        Mutex::new(tx)
+        tx
     });
     let (answer, answered) = std::sync::mpsc::sync_channel(1);
-    let sent = keeper.lock().send((command, answer));
-    sent.map_err(|_| io::Error::other("the thread that starts Python stubs has stopped"))?;
-    answered
-        .recv()
-        .map_err(|_| io::Error::other("the thread that starts Python stubs has stopped"))?
+    keeper.send((command, answer)).map_err(|_| stopped())?;
+    answered.recv().map_err(|_| stopped())?
 }
 
+/// Writes one frame through a shared writer.
 pub fn send(writer: &Writer, message: &ToStub) -> io::Result<()> {
     let mut stream = writer.lock();
     channel::write_frame(&mut *stream, message)?;
